@@ -1,0 +1,202 @@
+"""The pipeline flow: stage -> evaluation -> gate -> registry, for each stage in order.
+
+Stage results are persisted and cached on what determines them (stage name, stage code version,
+stage config, parent checkpoint digest, input dataset versions, seed) and never on the run id, so a
+retried run or a new run with the same inputs reuses finished stages (shared/docs/FACTS.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from posttrain.env import configure_offline
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+configure_offline(PROJECT_ROOT)
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.runtime import flow_run  # noqa: E402
+
+from posttrain.checkpoint import is_intact  # noqa: E402
+from posttrain.config import STAGES, PipelineConfig, StageName, config_hash, load_config  # noqa: E402
+from posttrain.gates import judge  # noqa: E402
+from posttrain.registry import Registry  # noqa: E402
+from posttrain.report import write_report  # noqa: E402
+from posttrain.schema import CheckpointRef, EvalResult, StageInputs, StageResult  # noqa: E402
+from posttrain.world.build import base_checkpoint, ensure_world, WorldPaths, EVAL_FILES, file_md5  # noqa: E402
+
+FAIL_STAGE_ENV = "POSTTRAIN_FAIL_STAGE"  # fault injection for tests: fail this stage before it runs
+
+
+class GateFailed(RuntimeError):
+    pass
+
+
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def stage_cache_key(context, parameters) -> str:
+    name, cfg, inputs = parameters["name"], parameters["config"], parameters["inputs"]
+    module = importlib.import_module(f"stages.{name}")
+    return "stage-" + _digest(name, module.STAGE_VERSION, cfg.stage(name).model_dump(mode="json"),
+                              inputs.parent.digest, inputs.student.digest if inputs.student else None,
+                              sorted(d.md5 for d in inputs.datasets), inputs.seed, _world_version(cfg))
+
+
+def eval_cache_key(context, parameters) -> str:
+    cfg: PipelineConfig = parameters["config"]
+    return "eval-" + _digest(parameters["checkpoint"].digest, cfg.evaluation.model_dump(mode="json"),
+                             _world_version(cfg))
+
+
+def _world_version(cfg: PipelineConfig) -> dict:
+    world = WorldPaths(cfg.path(cfg.paths.world))
+    return {name: file_md5(world.file(name)) for name in ("math_train", "direct_train", "instruction_train", *EVAL_FILES)}
+
+
+@task(name="stage", cache_key_fn=stage_cache_key, persist_result=True, result_serializer="json",
+      task_run_name="{name}")
+def run_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> StageResult:
+    if os.environ.get(FAIL_STAGE_ENV) == name:
+        raise RuntimeError(f"injected failure in stage {name} ({FAIL_STAGE_ENV} is set)")
+    module = importlib.import_module(f"stages.{name}")
+    return module.run(config.stage(name), inputs)
+
+
+@task(name="evaluate", cache_key_fn=eval_cache_key, persist_result=True, result_serializer="json",
+      task_run_name="evaluate-{label}")
+def evaluate_checkpoint(checkpoint: CheckpointRef, config: PipelineConfig, label: str) -> EvalResult:
+    from posttrain.evaluation import evaluate
+
+    return evaluate(checkpoint, config, desc=f"evaluating {label}")
+
+
+def _code_revision() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _call(task_fn, refresh: bool, storage: Path, **kwargs):
+    """Run a cached task; returns (result, was_cached). A cached checkpoint that is gone or altered
+    is recomputed instead of being handed on as a dangling path."""
+    state = task_fn.with_options(result_storage=storage, refresh_cache=refresh)(**kwargs, return_state=True)
+    result = state.result()
+    cached = state.name == "Cached"
+    if cached and isinstance(result, StageResult) and not is_intact(result.checkpoint):
+        get_run_logger().warning(f"cached checkpoint {result.checkpoint.path} is missing or altered: recomputing")
+        state = task_fn.with_options(result_storage=storage, refresh_cache=True)(**kwargs, return_state=True)
+        result, cached = state.result(), False
+    return result, cached
+
+
+def _publish_gate(stage: str, verdict) -> None:
+    create_table_artifact(
+        key=f"gate-{stage.replace('_', '-')}",
+        table=[{"check": c.name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "detail": c.detail}
+               for c in verdict.checks],
+        description=f"Gate verdict for {stage}: {'passed' if verdict.passed else 'FAILED'}",
+    )
+
+
+@flow(name="posttrain-pipeline", log_prints=True)
+def pipeline(config_path: str = "configs/default.yaml", stages: list[StageName] | None = None,
+             seed: int | None = None, force: bool = False) -> dict:
+    """Run the post-training chain with a gate after every stage.
+
+    config_path: pipeline YAML. stages: which stages to run (default all; skipped ones hand their
+    parent on). seed: overrides the config's seed. force: recompute even cached stages.
+    """
+    started = time.time()
+    cfg = load_config(config_path if Path(config_path).is_absolute() else PROJECT_ROOT / config_path,
+                      overrides={"seed": seed} if seed is not None else None)
+    logger = get_run_logger()
+    run_id = str(flow_run.get_id() or f"local-{int(started)}")
+    run_dir = cfg.path(cfg.paths.runs) / run_id
+    storage = cfg.path(cfg.paths.runs) / "prefect-results"
+    ensure_world(cfg, log=logger.info)
+
+    registry = Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
+    lineage = {"flow_run": run_id, "config_hash": config_hash(cfg), "code_revision": _code_revision(),
+               "seed": str(cfg.seed)}
+    report = {"run_id": run_id, "config": str(config_path), "wall_s": 0.0, "stages": []}
+    selected = set(stages or STAGES)
+
+    base = base_checkpoint(cfg, "teacher")
+    base_eval, base_cached = _call(evaluate_checkpoint, force, storage, checkpoint=base, config=cfg, label="base")
+    evals: dict[str, EvalResult] = {"base": base_eval}
+    report["stages"].append({"name": "base", "status": "passed", "cached": base_cached, "wall_s": 0.0,
+                             "checkpoint": base.model_dump(), "gate": None, "eval": base_eval.metrics})
+
+    current, current_name, datasets = base, "base", []
+    versions = {"base": None}
+    for name in STAGES:
+        stage_started = time.time()
+        if name not in selected:
+            report["stages"].append({"name": name, "status": "skipped", "cached": False, "wall_s": 0.0})
+            continue
+        inputs = StageInputs(
+            work_dir=str(run_dir / name), world_dir=str(cfg.path(cfg.paths.world)), parent=current,
+            seed=cfg.seed, datasets=datasets,
+            student=base_checkpoint(cfg, "student") if name == "distillation" else None,
+            data_store=str(cfg.path(cfg.paths.data_store)), dvc_remote=str(cfg.path(cfg.paths.dvc_remote)))
+        entry = {"name": name, "status": "failed", "cached": False}
+        report["stages"].append(entry)
+        try:
+            result, cached = _call(run_stage, force, storage, name=name, config=cfg, inputs=inputs)
+        except Exception:
+            entry["wall_s"] = time.time() - stage_started
+            report["wall_s"] = time.time() - started
+            write_report(run_dir, report)
+            raise
+        same_checkpoint = result.checkpoint.digest == current.digest
+        if same_checkpoint:  # a data-only stage: the policy did not change, neither did its scores
+            evaluation = evals[current_name]
+        else:
+            evaluation, _ = _call(evaluate_checkpoint, force, storage, checkpoint=result.checkpoint, config=cfg, label=name)
+        evals[name] = evaluation
+        verdict = judge(name, cfg.stage(name).gate, evaluation, parent=current_name, evals=evals,
+                        stage_metrics=result.train_metrics, confidence=cfg.evaluation.confidence)
+        _publish_gate(name, verdict)
+
+        version = versions[current_name] if same_checkpoint else None
+        if not same_checkpoint:
+            dataset_tags = {d.name: d.md5 for d in result.datasets_consumed + result.datasets_produced}
+            tags = {**lineage, "stage": name, "parent_version": str(versions[current_name] or "base"),
+                    "parent_digest": current.digest, "datasets": json.dumps(dataset_tags),
+                    "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
+            run_id_mlflow = None if cached else registry.log_training(
+                name, cfg.stage(name).model_dump(mode="json"), result.train_log, tags)
+            version = registry.register(name, result.checkpoint, tags, run_id=run_id_mlflow)
+            registry.record_gate(version, verdict)
+        result.checkpoint.version = version
+        entry.update({"status": "passed" if verdict.passed else "failed", "cached": cached,
+                      "wall_s": time.time() - stage_started, "checkpoint": result.checkpoint.model_dump(),
+                      "gate": verdict.model_dump(), "eval": evaluation.metrics,
+                      "train_metrics": result.train_metrics, "train_log": result.train_log,
+                      "datasets": [d.model_dump() for d in result.datasets_produced]})
+        report["wall_s"] = time.time() - started
+        write_report(run_dir, report)
+        logger.info(f"{name}: gate {'passed' if verdict.passed else 'FAILED'}"
+                    f"{' (cached stage)' if cached else ''}; {json.dumps({c.name: c.value for c in verdict.checks})}")
+        if not verdict.passed:
+            failed = [f"{c.name} = {c.value} ({c.detail})" for c in verdict.checks if not c.passed]
+            raise GateFailed(f"gate of {name} failed: " + "; ".join(failed))
+        versions[name] = version
+        current, current_name = result.checkpoint, name
+        datasets = datasets + result.datasets_produced
+
+    report["wall_s"] = time.time() - started
+    report_path = write_report(run_dir, report)
+    create_markdown_artifact(key="report-card", markdown=report_path.read_text(), description=f"run {run_id}")
+    print(f"report: {report_path}")
+    return {"run_id": run_id, "report": str(report_path)}

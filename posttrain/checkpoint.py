@@ -1,0 +1,60 @@
+"""The one checkpoint loader and writer: directories written atomically, identified by digest."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from posttrain.schema import CheckpointRef
+
+
+class MissingCheckpointError(FileNotFoundError):
+    pass
+
+
+def directory_digest(path: Path) -> str:
+    """sha256 over (relative name, content) of every file, in sorted order."""
+    h = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(file.relative_to(path)).encode())
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def save_checkpoint(model, tokenizer, path: Path) -> CheckpointRef:
+    """Write to a sibling temp dir, then rename: a crash never leaves a half-written checkpoint."""
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    digest = directory_digest(tmp)
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+    params = sum(p.numel() for p in model.parameters())
+    return CheckpointRef(path=str(path), digest=digest, num_parameters=params)
+
+
+def is_intact(ref: CheckpointRef) -> bool:
+    return ref.directory.is_dir() and directory_digest(ref.directory) == ref.digest
+
+
+def load_checkpoint(ref: CheckpointRef | str | Path, *, for_training: bool = True):
+    """Load (model, tokenizer) from a checkpoint ref, a local directory or a hub id."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    location = ref.path if isinstance(ref, CheckpointRef) else str(ref)
+    local = Path(location)
+    if isinstance(ref, CheckpointRef) and not local.is_dir():
+        raise MissingCheckpointError(
+            f"checkpoint {location} is missing; rerun the stage that wrote it (posttrain run --force)")
+    tokenizer = AutoTokenizer.from_pretrained(location)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32)
+    model.train(for_training)
+    return model, tokenizer

@@ -1,0 +1,323 @@
+"""Checkpoint registry: an MLflow Model Registry on a local SQLite store.
+
+Layout under ``root``::
+
+    mlflow.db      tracking + model-registry store (sqlite:///<root>/mlflow.db)
+    artifacts/     artifact root of the training-run experiment (nothing large is written here)
+
+Every checkpoint a stage writes becomes one *model version* of the registered model
+``model_name``.  The version's ``source`` is the checkpoint directory itself, as a plain absolute
+path: the weights are never copied.  MLflow 3.17 accepts any string as ``source`` when the client
+talks to a SQL store directly (``SqlAlchemyStore.create_model_version`` only resolves ``models:/``
+URIs; source validation lives in the REST server's handler).  Behind ``mlflow server`` a bare local
+path would be rejected unless it lies inside the artifact directory of the ``run_id`` given with it,
+so this module deliberately talks to the SQLite file directly and never through a server.
+
+Lineage lives in model-version tags (stage, digest, flow_run, parent_version, dataset versions,
+config_hash, code_revision, verifier versions, ...).  Gate outcomes are tags too (``gate``,
+``gate_checks``, ``status=rejected``), and the registry alias ``candidate-<stage>`` points at the
+newest version of that stage that passed its gate.
+
+Offline: MLflow telemetry is switched off before mlflow is imported (and reset if some other module
+imported mlflow first); only ``sqlite:`` URIs are ever handed to the client.  Nothing here touches
+the process-wide fluent API (``mlflow.set_tracking_uri``/``mlflow.start_run``), so a Registry never
+changes what other code logs to.
+
+Concurrency: not thread/process safe yet.  Every mutation runs inside :meth:`Registry._mutation`, a
+no-op context manager today; a later issue can make it take a file lock (promote/rollback) without
+touching the callers.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+# Must happen before the first `import mlflow`: mlflow/__init__ starts its telemetry client (which
+# fetches a remote config in a background thread) at import time.  Forced, not setdefault: this
+# pipeline never lets MLflow reach the network.
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+with warnings.catch_warnings():
+    # mlflow's SQL store module calls sqlalchemy.orm.configure_mappers() at import time, which
+    # under SQLAlchemy 2.1 emits a SADeprecationWarning about `noload` (MLflow's, not ours).
+    warnings.filterwarnings("ignore", message=r".*``noload``")
+    import mlflow.store.model_registry.sqlalchemy_store  # noqa: E402, F401
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: E402, F401
+
+from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from posttrain.schema import CheckpointRef, GateVerdict  # noqa: E402
+
+
+def _disable_telemetry() -> None:
+    # If mlflow was imported before this module (with telemetry on), drop the client it created.
+    with contextlib.suppress(Exception):
+        from mlflow.telemetry.client import set_telemetry_client
+
+        set_telemetry_client()
+
+
+_disable_telemetry()
+
+# "Creating initial MLflow database tables..." / alembic migration chatter on every fresh store.
+for _name in ("mlflow.store.db.utils", "mlflow.store.model_registry.abstract_store", "alembic"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+# MLflow's per-call limits for log_batch.
+_MAX_METRICS_PER_BATCH = 1000
+_MAX_PARAMS_PER_BATCH = 100
+_MAX_PARAM_VALUE = 6000
+
+GATE_PASSED = "passed"
+GATE_FAILED = "failed"
+STATUS_REJECTED = "rejected"
+
+
+def candidate_alias(stage: str) -> str:
+    """Alias that points at the newest gate-passing version of ``stage``."""
+    return f"candidate-{stage}"
+
+
+class Registry:
+    """Model versions (one per checkpoint) plus one MLflow run per stage execution."""
+
+    def __init__(self, root: Path, model_name: str = "posttrain"):
+        self.root = Path(root).expanduser().resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.artifact_root = self.root / "artifacts"
+        self.artifact_root.mkdir(exist_ok=True)
+        self.model_name = model_name
+        self.uri = f"sqlite:///{self.root / 'mlflow.db'}"
+        # One client for the Registry's lifetime.  Building its stores runs MLflow's schema
+        # check; on a new file the full alembic migration (~100 DDL commits: ~1 s on an idle
+        # disk, several seconds when fsync is slow).  Done once here, not per call.
+        self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+        self._experiment_id: str | None = None
+        self._ensure_model()
+        self._experiment()
+
+    def _ensure_model(self) -> None:
+        try:
+            self.client.get_registered_model(self.model_name)
+            return
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+        with self._mutation():
+            try:
+                self.client.create_registered_model(self.model_name)
+            except MlflowException as exc:  # created meanwhile by another Registry
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+
+    # -- extension point for locking ---------------------------------------------------------
+    @contextlib.contextmanager
+    def _mutation(self) -> Iterator[None]:
+        """Wraps every write. No-op for now; a later issue plugs a lock in here."""
+        yield
+
+    # -- model versions --------------------------------------------------------------------------
+    def register(
+        self,
+        stage: str,
+        checkpoint: CheckpointRef,
+        tags: Mapping[str, str],
+        run_id: str | None = None,
+    ) -> str:
+        """Create a model version whose source is the checkpoint directory; return its number.
+
+        Tags: everything in ``tags`` (lineage) plus ``stage``, ``digest`` and, when known,
+        ``num_parameters``.  ``stage``/``digest`` always reflect the arguments.  Tag keys may hold
+        alphanumerics, ``_ - . / :`` and spaces (MLflow's rule); values are stringified.
+        """
+        source = str(Path(checkpoint.path).expanduser().resolve())
+        all_tags = {str(k): _tag_value(v) for k, v in tags.items()}
+        all_tags["stage"] = stage
+        all_tags["digest"] = checkpoint.digest
+        if checkpoint.num_parameters is not None:
+            all_tags.setdefault("num_parameters", str(checkpoint.num_parameters))
+        with self._mutation():
+            mv = self.client.create_model_version(
+                name=self.model_name,
+                source=source,
+                run_id=run_id,
+                tags=all_tags,
+                await_creation_for=0,
+            )
+        return str(mv.version)
+
+    def record_gate(self, version: str, verdict: GateVerdict) -> None:
+        """Tag the gate outcome; a pass moves ``candidate-<stage>`` here, a fail rejects.
+
+        Fail-closed: a version already tagged ``status=rejected`` stays rejected (a later passing
+        verdict raises ValueError), and a failed verdict removes the candidate alias if it pointed
+        at this version.
+        """
+        version = str(version)
+        # via pydantic's JSON encoder: NaN/inf check values become null (strict JSON)
+        checks = json.dumps(json.loads(verdict.model_dump_json())["checks"], sort_keys=True)
+        alias = candidate_alias(verdict.stage)
+        with self._mutation():  # read-check-write: the whole thing goes under the future lock
+            mv = self.client.get_model_version(self.model_name, version)
+            stage = mv.tags.get("stage")
+            if stage != verdict.stage:
+                raise ValueError(
+                    f"gate verdict is for stage {verdict.stage!r} but version {version} "
+                    f"was registered for stage {stage!r}"
+                )
+            if verdict.passed and mv.tags.get("status") == STATUS_REJECTED:
+                raise ValueError(
+                    f"version {version} ({stage}) was rejected by an earlier gate; "
+                    "it cannot become a candidate"
+                )
+            set_tag = self.client.set_model_version_tag
+            set_tag(self.model_name, version, "gate_checks", checks)
+            if verdict.passed:
+                set_tag(self.model_name, version, "gate", GATE_PASSED)
+                self.client.set_registered_model_alias(self.model_name, alias, version)
+            else:
+                set_tag(self.model_name, version, "gate", GATE_FAILED)
+                set_tag(self.model_name, version, "status", STATUS_REJECTED)
+                if self.alias(alias) == version:
+                    self.client.delete_registered_model_alias(self.model_name, alias)
+
+    def get(self, version: str) -> dict[str, Any]:
+        """``{"version", "stage", "source", "run_id", "tags", "aliases", "created_ms"}``."""
+        return _version_dict(self.client.get_model_version(self.model_name, str(version)))
+
+    def versions(self) -> list[dict[str, Any]]:
+        """All versions of the model, oldest first (same dicts as :meth:`get`)."""
+        # search_model_versions does not fill ModelVersion.aliases (get_model_version does), so
+        # take them from the registered model.
+        by_version: dict[str, list[str]] = {}
+        for alias, v in (self.client.get_registered_model(self.model_name).aliases or {}).items():
+            by_version.setdefault(str(v), []).append(alias)
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self.client.search_model_versions(
+                filter_string=f"name = '{_quote(self.model_name)}'",
+                max_results=1000,
+                page_token=token,
+            )
+            out.extend(_version_dict(mv, by_version.get(str(mv.version), [])) for mv in page)
+            token = page.token
+            if not token:
+                break
+        out.sort(key=lambda d: int(d["version"]))
+        return out
+
+    def alias(self, name: str) -> str | None:
+        """Version number the alias points to, or None if the alias is not set."""
+        aliases = self.client.get_registered_model(self.model_name).aliases or {}
+        version = aliases.get(name)
+        return None if version is None else str(version)
+
+    # -- training runs ---------------------------------------------------------------------------
+    def log_training(
+        self,
+        stage: str,
+        params: Mapping[str, Any],
+        metric_log: list[Mapping[str, Any]],
+        tags: Mapping[str, str],
+    ) -> str:
+        """One MLflow run per stage execution; return its run_id.
+
+        ``metric_log`` rows: ``{"step": int, <metric>: number, ...}``; non-numeric values (and
+        bools) are skipped, NaN/inf are kept (MLflow stores them).  Param values that are not
+        strings are JSON-encoded and cut to MLflow's 6000-character limit.
+        """
+        experiment_id = self._experiment()
+        run_tags = {str(k): _tag_value(v) for k, v in tags.items()}
+        run_tags["stage"] = stage
+        with self._mutation():
+            run = self.client.create_run(experiment_id, tags=run_tags, run_name=stage)
+            run_id = run.info.run_id
+            try:
+                now = int(time.time() * 1000)
+                plist = [Param(str(k), _param_value(v)) for k, v in params.items()]
+                mlist = [
+                    Metric(str(k), float(v), now, int(row["step"]))
+                    for row in metric_log
+                    for k, v in row.items()
+                    if k != "step" and _is_number(v)
+                ]
+                for i in range(0, len(plist), _MAX_PARAMS_PER_BATCH):
+                    self.client.log_batch(run_id, params=plist[i : i + _MAX_PARAMS_PER_BATCH])
+                for i in range(0, len(mlist), _MAX_METRICS_PER_BATCH):
+                    self.client.log_batch(run_id, metrics=mlist[i : i + _MAX_METRICS_PER_BATCH])
+            except BaseException:
+                self.client.set_terminated(run_id, "FAILED")
+                raise
+            self.client.set_terminated(run_id, "FINISHED")
+        return run_id
+
+    def _experiment(self) -> str:
+        if self._experiment_id is None:
+            exp = self.client.get_experiment_by_name(self.model_name)
+            if exp is None:
+                with self._mutation():
+                    try:
+                        self._experiment_id = self.client.create_experiment(
+                            self.model_name,
+                            artifact_location=(self.artifact_root / self.model_name).as_uri(),
+                        )
+                    except MlflowException as exc:  # created meanwhile by another Registry
+                        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                            raise
+                        exp = self.client.get_experiment_by_name(self.model_name)
+                        assert exp is not None
+                        self._experiment_id = exp.experiment_id
+            else:
+                self._experiment_id = exp.experiment_id
+        return self._experiment_id
+
+
+def _version_dict(mv, aliases: list[str] | None = None) -> dict[str, Any]:
+    tags = dict(mv.tags or {})
+    return {
+        "version": str(mv.version),
+        "stage": tags.get("stage"),
+        "source": mv.source,
+        "run_id": mv.run_id or None,
+        "tags": tags,
+        "aliases": sorted(mv.aliases or [] if aliases is None else aliases),
+        "created_ms": mv.creation_timestamp,
+    }
+
+
+def _quote(name: str) -> str:
+    return name.replace("'", "\\'")
+
+
+def _tag_value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
+
+def _param_value(v: Any) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+    return s[:_MAX_PARAM_VALUE]
+
+
+def _is_number(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    try:  # numpy / torch scalars
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(v, (str, bytes))
+
+
+__all__ = ["Registry", "candidate_alias", "GATE_PASSED", "GATE_FAILED", "STATUS_REJECTED"]

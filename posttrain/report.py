@@ -1,0 +1,110 @@
+"""Report card (nanochat style): one row per capability, one column per stage, plus training
+curves; written as report.json, report.md and PNG plots in the run folder."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+CAPABILITY_ROWS = [
+    ("math_accuracy", "math pass@1 (greedy)"), ("math_accuracy_en", "  English"), ("math_accuracy_zh", "  Chinese"),
+    ("format_rate", "format compliance"), ("language_consistency", "language consistency"),
+    ("mixed_language_rate", "mixed-language rate"), ("no_think_compliance", "/no_think compliance"),
+    ("no_think_accuracy", "/no_think math pass@1"), ("instruction_accuracy", "instruction following"),
+    ("direct_accuracy", "direct answers"), ("mean_len_correct", "mean length, correct (tokens)"),
+    ("mean_len_wrong", "mean length, wrong (tokens)"), ("truncation_rate", "truncation rate"),
+]
+CURVE_KEYS = ["loss", "reward", "rewards/correctness/mean", "rewards/instruction/mean", "completions/mean_length", "entropy"]
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and value > 1.5:
+        return f"{value:.1f}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def render_markdown(report: dict) -> str:
+    stages = report["stages"]
+    lines = [f"# Report card — run {report['run_id']}", "",
+             f"config `{report.get('config', '')}` · wall time {report.get('wall_s', 0):.0f} s", ""]
+    header = "| capability | " + " | ".join(s["name"] for s in stages) + " |"
+    lines += [header, "|" + "---|" * (len(stages) + 1)]
+    for key, label in CAPABILITY_ROWS:
+        lines.append(f"| {label} | " + " | ".join(_fmt(s.get("eval", {}).get(key)) for s in stages) + " |")
+    lines.append("| **gate** | " + " | ".join(
+        "–" if not s.get("gate") else ("passed" if s["gate"]["passed"] else "**FAILED**") for s in stages) + " |")
+    lines.append("| status | " + " | ".join(s["status"] + (" (cached)" if s.get("cached") else "") for s in stages) + " |")
+    lines.append("| wall s | " + " | ".join(f"{s.get('wall_s', 0):.0f}" for s in stages) + " |")
+    lines += ["", "## Gates", ""]
+    for s in stages:
+        gate = s.get("gate")
+        if not gate:
+            continue
+        lines.append(f"**{s['name']}** — {'passed' if gate['passed'] else 'FAILED'}")
+        lines.append("")
+        for c in gate["checks"]:
+            mark = "✅" if c["passed"] else "❌"
+            lines.append(f"- {mark} {c['name']}: {_fmt(c['value'])} (threshold {_fmt(c['threshold'])}) {c.get('detail', '')}")
+        lines.append("")
+    lines += ["## Checkpoints", "", "| stage | version | digest | path |", "|---|---|---|---|"]
+    for s in stages:
+        ck = s.get("checkpoint") or {}
+        lines.append(f"| {s['name']} | {ck.get('version') or '–'} | `{(ck.get('digest') or '')[:19]}` | `{ck.get('path', '')}` |")
+    lines += ["", "![capabilities](capabilities.png)", "", "![training curves](training.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_capabilities(report: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = [s for s in report["stages"] if s.get("eval")]
+    keys = ["math_accuracy", "format_rate", "language_consistency", "no_think_compliance", "instruction_accuracy",
+            "direct_accuracy"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for key in keys:
+        ax.plot([s["name"] for s in stages], [s["eval"].get(key, 0) for s in stages], marker="o", label=key)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("share of held-out items")
+    ax.set_title("Capabilities after each stage")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_training(report: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = [s for s in report["stages"] if s.get("train_log")]
+    if not stages:
+        return
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.6 * len(stages), 3.2), squeeze=False)
+    for ax, s in zip(axes[0], stages):
+        for key in CURVE_KEYS:
+            points = [(row.get("step", i), row[key]) for i, row in enumerate(s["train_log"]) if key in row]
+            if points and key != "completions/mean_length":
+                ax.plot(*zip(*points), label=key.replace("rewards/", "").replace("/mean", ""))
+        ax.set_title(s["name"], fontsize=9)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def write_report(run_dir: Path, report: dict) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    os.replace(tmp, run_dir / "report.json")
+    plot_capabilities(report, run_dir / "capabilities.png")
+    plot_training(report, run_dir / "training.png")
+    (run_dir / "report.md").write_text(render_markdown(report))
+    return run_dir / "report.md"

@@ -1,0 +1,92 @@
+"""Reward registry: plain functions over a batch, in the shape TRL's GRPOTrainer calls them.
+
+Each function receives `completions` plus every dataset column (`answer`, `kind`, `language`,
+`thinking`, `constraints`) and returns one float per completion, or None where it does not apply
+(TRL then leaves that component out of the sum for that row).
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from posttrain.rewards.format import FORMAT_VERSION, format_ok
+from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
+from posttrain.rewards.language import LANGUAGE_VERSION, language_share
+from posttrain.rewards.math_verifier import MATH_VERIFIER_VERSION, verify_math
+
+RewardFn = Callable[..., list[float | None]]
+
+
+def completion_text(completion) -> str:
+    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
+        return "".join(m.get("content", "") for m in completion)
+    return completion
+
+
+def _column(kwargs: dict, name: str, n: int, default=None) -> list:
+    return kwargs.get(name) or [default] * n
+
+
+def correctness(completions, answer, **kwargs) -> list[float | None]:
+    kinds = _column(kwargs, "kind", len(completions), "math")
+    return [verify_math(completion_text(c), a).reward if k == "math" else None
+            for c, a, k in zip(completions, answer, kinds)]
+
+
+def format_reward(completions, **kwargs) -> list[float | None]:
+    n = len(completions)
+    kinds, thinking = _column(kwargs, "kind", n, "math"), _column(kwargs, "thinking", n, True)
+    return [float(format_ok(completion_text(c), bool(t))) if k == "math" else None
+            for c, k, t in zip(completions, kinds, thinking)]
+
+
+def language_consistency(completions, language, **kwargs) -> list[float | None]:
+    from posttrain.chat import parse_response
+
+    out: list[float | None] = []
+    for c, lang in zip(completions, language):
+        reasoning = parse_response(completion_text(c)).reasoning
+        share = language_share(reasoning, lang) if reasoning else None
+        out.append(share)
+    return out
+
+
+def instruction(completions, **kwargs) -> list[float | None]:
+    n = len(completions)
+    constraints = _column(kwargs, "constraints", n, None)
+    out: list[float | None] = []
+    for c, cons in zip(completions, constraints):
+        if not cons:
+            out.append(None)
+            continue
+        parsed = json.loads(cons) if isinstance(cons, str) else cons
+        out.append(instruction_score(completion_text(c), parsed))
+    return out
+
+
+REWARDS: dict[str, RewardFn] = {
+    "correctness": correctness,
+    "format": format_reward,
+    "language_consistency": language_consistency,
+    "instruction": instruction,
+}
+
+VERIFIER_VERSIONS = {
+    "math": MATH_VERIFIER_VERSION,
+    "format": FORMAT_VERSION,
+    "language": LANGUAGE_VERSION,
+    "instruction": INSTRUCTION_VERSION,
+}
+
+
+def build_rewards(weights: dict[str, float]) -> tuple[list[RewardFn], list[float]]:
+    """Reward functions with a non-zero weight, and their weights, in a stable order."""
+    unknown = set(weights) - set(REWARDS)
+    if unknown:
+        raise ValueError(f"unknown rewards {sorted(unknown)}; known: {', '.join(REWARDS)}")
+    chosen = [(name, w) for name, w in weights.items() if w != 0]
+    funcs = []
+    for name, _ in chosen:
+        fn = REWARDS[name]
+        funcs.append(fn)
+    return funcs, [w for _, w in chosen]

@@ -1,0 +1,89 @@
+"""Typed records that pass between stages, gates, the registry and the report.
+
+Everything here is small and JSON-serialisable: Prefect persists StageResult as the cached task
+result, so a resumed run can rebuild the chain from these records alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class CheckpointRef(BaseModel):
+    """A model directory on disk plus the digest it had when it was written."""
+
+    path: str
+    digest: str
+    version: str | None = None  # registry version, once registered
+    num_parameters: int | None = None
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.path)
+
+
+class DatasetRef(BaseModel):
+    """A dataset file or directory tracked by DVC; md5 is DVC's content hash."""
+
+    name: str
+    path: str
+    md5: str
+    rows: int | None = None
+
+
+class EvalResult(BaseModel):
+    """Capability metrics of one checkpoint on the held-out suites.
+
+    `per_item` keeps one value per suite item (same order for every checkpoint) so gates can run
+    paired comparisons instead of comparing two noisy means.
+    """
+
+    metrics: dict[str, float]
+    per_item: dict[str, list[float]] = Field(default_factory=dict)
+    samples: list[dict] = Field(default_factory=list)
+
+
+class GateCheck(BaseModel):
+    name: str
+    value: float | None
+    threshold: float | None
+    passed: bool
+    detail: str = ""
+
+
+class GateVerdict(BaseModel):
+    stage: str
+    passed: bool
+    checks: list[GateCheck]
+
+
+class StageResult(BaseModel):
+    """What a stage hands to the next one and to the registry."""
+
+    name: str
+    checkpoint: CheckpointRef
+    parent: CheckpointRef | None = None
+    datasets_consumed: list[DatasetRef] = Field(default_factory=list)
+    datasets_produced: list[DatasetRef] = Field(default_factory=list)
+    train_metrics: dict[str, float] = Field(default_factory=dict)
+    train_log: list[dict] = Field(default_factory=list)
+    wall_s: float = 0.0
+    verifier_versions: dict[str, str] = Field(default_factory=dict)
+
+
+StageStatus = Literal["passed", "failed", "skipped"]
+
+
+class StageInputs(BaseModel):
+    """What a stage starts from. Paths are absolute; the flow fills them in."""
+
+    work_dir: str                       # this stage's own folder in the run
+    world_dir: str                      # world data (data/ by default)
+    parent: CheckpointRef               # the checkpoint this stage continues from
+    seed: int = 0
+    datasets: list[DatasetRef] = Field(default_factory=list)   # produced by earlier stages
+    student: CheckpointRef | None = None                        # distillation only
+    data_store: str | None = None       # DVC store for datasets this stage produces
+    dvc_remote: str | None = None

@@ -1,0 +1,101 @@
+"""Pretraining of the embedded base models on the world corpus (a plain causal-LM loop)."""
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from tqdm.auto import tqdm
+
+from posttrain.checkpoint import save_checkpoint
+from posttrain.schema import CheckpointRef
+from posttrain.world import corpus, tasks
+from posttrain.world.model import Architecture, build_model, count_parameters
+
+
+class PretrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = 500
+    batch_size: int = 32
+    sequence_length: int = 128
+    learning_rate: float = 3e-3
+    warmup_steps: int = 30
+    weight_decay: float = 0.01
+    threads: int = 2
+    probe_problems: int = 200
+    probe_every: int = 0  # also probe held-out accuracy every N steps (learning-curve record)
+
+
+def pack(tokenizer, documents: list[str], sequence_length: int) -> torch.Tensor:
+    sep = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ids: list[int] = []
+    for enc in tokenizer(documents, add_special_tokens=False)["input_ids"]:
+        ids.extend(enc)
+        ids.append(sep)
+    usable = len(ids) // sequence_length * sequence_length
+    return torch.tensor(ids[:usable]).view(-1, sequence_length)
+
+
+def pretrain(tokenizer, arch: Architecture, corpus_cfg: corpus.CorpusConfig, cfg: PretrainConfig,
+             out_dir: Path, seed: int) -> tuple[CheckpointRef, dict]:
+    torch.set_num_threads(cfg.threads)
+    model = build_model(arch, tokenizer, seed)
+    blocks = pack(tokenizer, corpus.build_corpus(corpus_cfg, seed), cfg.sequence_length)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                  betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    start, losses, curve = time.time(), [], []
+    bar = tqdm(range(cfg.steps), desc=f"pretraining {count_parameters(model) / 1e6:.1f}M", unit="step")
+    for step in bar:
+        batch = blocks[torch.randint(len(blocks), (cfg.batch_size,), generator=generator)]
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
+        if cfg.probe_every and (step + 1) % cfg.probe_every == 0 and step + 1 < cfg.steps:
+            curve.append({"step": step + 1, "raw_math_accuracy": probe_raw_math(model, tokenizer, cfg.probe_problems, seed, corpus_cfg.levels)})
+            model.train()
+            bar.write(f"step {step + 1}: held-out raw math accuracy {curve[-1]['raw_math_accuracy']:.3f}")
+    wall = time.time() - start
+    ref = save_checkpoint(model, tokenizer, out_dir)
+    tokens = cfg.steps * cfg.batch_size * cfg.sequence_length
+    metrics = {"final_loss": sum(losses[-20:]) / len(losses[-20:]), "wall_s": wall,
+               "tokens_per_s": tokens / wall, "parameters": count_parameters(model),
+               "raw_math_accuracy": probe_raw_math(model, tokenizer, cfg.probe_problems, seed, corpus_cfg.levels),
+               "probe_curve": curve}
+    return ref, metrics
+
+
+_ANSWER_RE = re.compile(r"(?:Answer: |答案：)(-?\d+)")
+
+
+def probe_raw_math(model, tokenizer, n: int, seed: int, levels: list[int]) -> float:
+    """Held-out math accuracy in the corpus's own format: what the base knows before any chat."""
+    from posttrain.generation import generate
+
+    problems = tasks.math_problems(n, seed + 1, "eval", levels=levels)
+    prompts = [corpus.raw_prompt(p.question, p.language) for p in problems]
+    outputs = generate(model, tokenizer, prompts, max_new_tokens=120, desc="probing base")
+    correct = 0
+    for p, (g,) in zip(problems, outputs):
+        m = _ANSWER_RE.search(g.text)
+        correct += bool(m and m.group(1) == p.answer)
+    return correct / max(1, len(problems))

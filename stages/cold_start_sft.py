@@ -1,0 +1,48 @@
+"""Stage 1 — cold-start SFT (DeepSeek-R1 sec. 2.3.1): a few hundred long-CoT examples in the target
+format (think block, then one boxed answer) so RL starts from readable, well-formed reasoning."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from trl import SFTTrainer
+
+from posttrain.chat import assemble_response, conversation
+from posttrain.checkpoint import load_checkpoint, save_checkpoint
+from posttrain.config import ColdStartSFTConfig
+from posttrain.schema import StageInputs, StageResult
+from posttrain.trainers import numeric_log, resume_point, sft_args, summary
+from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl
+from posttrain.world.tasks import default_math_answer
+
+STAGE_VERSION = "cold_start_sft/1"
+
+
+def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
+    started = time.time()
+    torch.set_num_threads(config.trainer.threads)
+    work = Path(inputs.work_dir)
+    model, tokenizer = load_checkpoint(inputs.parent)
+
+    # Data: worked solutions in the target format, in each problem's own language only.
+    source = WorldPaths(Path(inputs.world_dir)).file("math_train")
+    pool = pool_share(read_jsonl(source, ("question", "answer", "reasoning", "language", "level")), "cold_start")
+    problems = [p for p in pool if p["level"] in config.levels][:config.examples]
+    rows = [{"messages": conversation(
+        p["question"], assemble_response(p["reasoning"], default_math_answer(p["answer"], p["language"])),
+        thinking=True)} for p in problems]
+
+    trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
+                         train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
+
+    log = numeric_log(trainer)
+    checkpoint = save_checkpoint(trainer.model, tokenizer, work / "checkpoint")
+    return StageResult(
+        name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent,
+        datasets_consumed=[dataset_ref(source)], train_log=log,
+        train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy"))},
+        wall_s=time.time() - started,
+    )

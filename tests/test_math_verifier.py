@@ -1,0 +1,512 @@
+"""Golden regression suite for posttrain.rewards.math_verifier.
+
+Every row is (response, gold, expected reward, expected reason).  Rows cover each clause of the
+verifier contract: extraction (think blocks, last box, nesting, \\boxed 5, \\fbox, truncation, hedging),
+mathematical equivalence, strictness (rounded decimals are not exact values), gold errors, CAS-hang
+inputs (each must finish in < 1 s) and the JSON-lines stream.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from posttrain.rewards import math_verifier as mv
+from posttrain.rewards.math_verifier import (
+    MATH_VERIFIER_VERSION,
+    GoldAnswerError,
+    Verdict,
+    check_gold,
+    extract_final_answer,
+    verify_math,
+    verify_stream,
+)
+
+
+def B(x: str) -> str:
+    return f"Thus the final answer is $\\boxed{{{x}}}$."
+
+
+M, X = "match", "mismatch"
+
+GOLDEN = [
+    # --- integers, signs, decimals, fractions ------------------------------------------------
+    ("int", B("42"), "42", 1.0, M),
+    ("int_wrong", B("41"), "42", 0.0, X),
+    ("int_leading_zero", B("012"), "12", 1.0, M),
+    ("neg", B("-3"), "-3", 1.0, M),
+    ("neg_unicode_minus_gold", B("-3"), "\u22123", 1.0, M),
+    ("neg_unicode_minus_answer", B("\u22123"), "-3", 1.0, M),
+    ("neg_vs_pos", B("3"), "-3", 0.0, X),
+    ("decimal_int", B("3.0"), "3", 1.0, M),
+    ("decimal_trailing_zeros", B("2.50"), "2.5", 1.0, M),
+    ("half_decimal_frac", B("0.5"), "\\frac{1}{2}", 1.0, M),
+    ("half_frac12", B("\\frac12"), "0.5", 1.0, M),
+    ("half_dfrac", B("\\dfrac{1}{2}"), "1/2", 1.0, M),
+    ("half_tfrac", B("\\tfrac{1}{2}"), "\\frac{1}{2}", 1.0, M),
+    ("half_slash", B("1/2"), "\\dfrac12", 1.0, M),
+    ("frac_unreduced", B("\\frac{2}{4}"), "\\frac{1}{2}", 1.0, M),
+    ("frac_neg_num", B("\\frac{-1}{2}"), "-0.5", 1.0, M),
+    ("frac_neg_outside", B("-\\frac{1}{2}"), "\\frac{-1}{2}", 1.0, M),
+    ("frac_wrong", B("\\frac{1}{3}"), "\\frac{1}{2}", 0.0, X),
+    ("frac1_brace", B("\\frac1{4}"), "0.25", 1.0, M),
+    ("quarter", B("0.25"), "\\frac{1}{4}", 1.0, M),
+    ("eighth", B("0.125"), "\\frac18", 1.0, M),
+    ("mixed_number", B("2\\frac{1}{2}"), "\\frac52", 1.0, M),
+    ("repeating_decimal", B("0.\\overline{3}"), "\\frac{1}{3}", 1.0, M),
+    ("sci_times", B("5 \\times 10^{3}"), "5000", 1.0, M),
+    ("power_plain", B("2^10"), "1024", 1.0, M),
+    ("power_braced", B("2^{10}"), "1024", 1.0, M),
+    ("neg_power", B("10^{-2}"), "0.01", 1.0, M),
+    ("factorial", B("5!"), "120", 1.0, M),
+    ("binom", B("\\binom{5}{2}"), "10", 1.0, M),
+    ("cdot", B("3 \\cdot 4"), "12", 1.0, M),
+    # --- rounded decimals are not exact values -----------------------------------------------
+    ("rounded_third", B("0.333"), "\\frac{1}{3}", 0.0, X),
+    ("rounded_third_long", B("0.3333333333"), "1/3", 0.0, X),
+    ("rounded_pi", B("3.14159265"), "\\pi", 0.0, X),
+    ("rounded_pi_short", B("3.14"), "\\pi", 0.0, X),
+    ("rounded_sqrt2", B("1.41"), "\\sqrt{2}", 0.0, X),
+    ("rounded_sqrt2_long", B("1.41421356237"), "\\sqrt2", 0.0, X),
+    ("rounded_two_thirds", B("0.67"), "\\frac23", 0.0, X),
+    ("rational_pi_approx", B("\\frac{22}{7}"), "\\pi", 0.0, X),
+    ("rounded_e", B("2.718"), "e", 0.0, X),
+    # --- thousands separators vs lists -------------------------------------------------------
+    ("thousands_comma", B("1,000"), "1000", 1.0, M),
+    ("thousands_brace_comma", B("1{,}000"), "1000", 1.0, M),
+    ("thousands_thin_space", B("1\\,000"), "1000", 1.0, M),
+    ("thousands_neg_space", B("1\\!000"), "1000", 1.0, M),
+    ("thousands_plain_space", B("1 000"), "1000", 1.0, M),
+    ("thousands_millions", B("1,000,000"), "10^6", 1.0, M),
+    ("thousands_decimal", B("1,234.5"), "1234.5", 1.0, M),
+    ("thousands_gold_side", B("1234"), "1,234", 1.0, M),
+    ("comma_not_thousands", B("1,2"), "12", 0.0, X),
+    ("comma_list_vs_number", B("12"), "1,2", 0.0, X),
+    ("decimal_comma_rejected", B("1,5"), "1.5", 0.0, X),
+    # --- symbolic ----------------------------------------------------------------------------
+    ("poly_expand", B("x^2+2x+1"), "(x+1)^2", 1.0, M),
+    ("poly_factored", B("(x+1)^2"), "x^2+2x+1", 1.0, M),
+    ("poly_wrong", B("x^2+1"), "(x+1)^2", 0.0, X),
+    ("poly_commuted", B("3+2x"), "2x+3", 1.0, M),
+    ("implicit_product", B("2 x y"), "2xy", 1.0, M),
+    ("power_wrong", B("x^2"), "x^3", 0.0, X),
+    ("rational_fn", B("\\frac{x^2-1}{x-1}"), "x+1", 1.0, M),
+    ("reciprocal", B("\\frac{1}{x}"), "x^{-1}", 1.0, M),
+    ("pi_r_squared", B("\\pi r^2"), "\\pi r^{2}", 1.0, M),
+    ("subscript", B("a_1 + a_{2}"), "a_{2}+a_1", 1.0, M),
+    ("greek", B("2\\theta"), "\\theta + \\theta", 1.0, M),
+    ("exp_forms", B("e^{x}"), "\\exp(x)", 1.0, M),
+    ("trig_identity", B("\\sin^2 x + \\cos^2 x"), "1", 1.0, M),
+    ("trig_value", B("\\sin(\\pi/6)"), "\\frac{1}{2}", 1.0, M),
+    ("log_base", B("\\log_2 8"), "3", 1.0, M),
+    ("ln_e", B("\\ln(e^2)"), "2", 1.0, M),
+    # --- radicals, pi, complex ---------------------------------------------------------------
+    ("sqrt8", B("\\sqrt{8}"), "2\\sqrt{2}", 1.0, M),
+    ("sqrt18", B("3\\sqrt{2}"), "\\sqrt{18}", 1.0, M),
+    ("sqrt_no_brace", B("\\sqrt2"), "2^{1/2}", 1.0, M),
+    ("cube_root", B("\\sqrt[3]{8}"), "2", 1.0, M),
+    ("cube_root_negative", B("\\sqrt[3]{-8}"), "-2", 1.0, M),
+    ("rationalised", B("\\frac{2}{\\sqrt{3}}"), "\\frac{2\\sqrt{3}}{3}", 1.0, M),
+    ("golden_ratio", B("\\frac{1+\\sqrt{5}}{2}"), "\\frac{\\sqrt5+1}{2}", 1.0, M),
+    ("golden_ratio_conj", B("\\frac{1-\\sqrt{5}}{2}"), "\\frac{\\sqrt5+1}{2}", 0.0, X),
+    ("denest", B("\\sqrt{3+2\\sqrt{2}}"), "1+\\sqrt{2}", 1.0, M),
+    ("conjugate_denominator", B("\\frac{1}{\\sqrt{2}-1}"), "\\sqrt{2}+1", 1.0, M),
+    ("sqrt_sign", B("-\\sqrt{2}"), "\\sqrt{2}", 0.0, X),
+    ("pi", B("\\pi"), "\\pi", 1.0, M),
+    ("pi_half", B("\\frac{\\pi}{2}"), "\\pi/2", 1.0, M),
+    ("pi_multiple", B("2\\pi"), "\\frac{4\\pi}{2}", 1.0, M),
+    ("pi_unicode", B("2\u03c0"), "2\\pi", 1.0, M),
+    ("complex", B("3+4i"), "4i+3", 1.0, M),
+    ("complex_conj", B("3-4i"), "3+4i", 0.0, X),
+    ("euler_identity", B("e^{i\\pi}"), "-1", 1.0, M),
+    # --- intervals, sets, tuples -------------------------------------------------------------
+    ("interval_same", B("[1,2)"), "[1,2)", 1.0, M),
+    ("interval_open_closed", B("[1,2)"), "[1,2]", 0.0, X),
+    ("interval_left_end", B("(1,2]"), "[1,2]", 0.0, X),
+    ("interval_infinity", B("(-\\infty, 3]"), "(-\\infty,3]", 1.0, M),
+    ("interval_left_right", B("\\left[ 1, 2 \\right)"), "[1,2)", 1.0, M),
+    ("interval_union", B("(-\\infty, 1) \\cup (2, \\infty)"), "(2,\\infty)\\cup(-\\infty,1)", 1.0, M),
+    ("inequality_as_interval", B("x > 3"), "(3, \\infty)", 1.0, M),
+    ("inequality_closed_end", B("x \\ge 3"), "(3, \\infty)", 0.0, X),
+    ("double_inequality", B("3 \\le x < 5"), "[3,5)", 1.0, M),
+    ("x_in_interval", B("x \\in (1, 2)"), "(1,2)", 1.0, M),
+    ("reals", B("\\mathbb{R}"), "(-\\infty,\\infty)", 1.0, M),
+    ("set_order_free", B("\\{2,1\\}"), "\\{1,2\\}", 1.0, M),
+    ("set_left_right", B("\\left\\{ \\frac12, \\frac13 \\right\\}"), "\\{1/3, 1/2\\}", 1.0, M),
+    ("set_missing_element", B("\\{1,2\\}"), "\\{1,2,3\\}", 0.0, X),
+    ("set_vs_list", B("1, 2"), "\\{2, 1\\}", 1.0, M),
+    ("singleton_set", B("\\{3\\}"), "3", 1.0, M),
+    ("empty_set", B("\\varnothing"), "\\emptyset", 1.0, M),
+    ("tuple_same", B("(1,2)"), "(1,2)", 1.0, M),
+    ("tuple_ordered", B("(2,1)"), "(1,2)", 0.0, X),
+    ("tuple_vs_interval_brackets", B("(1,2)"), "[1,2]", 0.0, X),
+    ("tuple_left_right", B("\\left( 1, 2 \\right)"), "(1,2)", 1.0, M),
+    ("tuple_exact_elements", B("(\\frac12, 0.25)"), "(0.5, \\frac14)", 1.0, M),
+    ("tuple_rounded_element", B("(0.33, 1)"), "(\\frac13, 1)", 0.0, X),
+    ("list_order_free", B("3, 2"), "2, 3", 1.0, M),
+    ("list_or", B("2 \\text{ or } 3"), "3, 2", 1.0, M),
+    ("pm", B("\\pm 2"), "2, -2", 1.0, M),
+    ("pm_not_single", B("\\pm 2"), "2", 0.0, X),
+    ("named_pairs", B("x=1, y=2"), "(1,2)", 1.0, M),
+    ("matrix", B("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}"),
+     "\\begin{bmatrix} 1 & 2 \\\\ 3 & 4 \\end{bmatrix}", 1.0, M),
+    ("matrix_wrong", B("\\begin{pmatrix} 1 & 2 \\\\ 3 & 5 \\end{pmatrix}"),
+     "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", 0.0, X),
+    # --- equations, wrappers, units, degrees, percent ----------------------------------------
+    ("x_eq", B("x=3"), "3", 1.0, M),
+    ("x_eq_spaces", B("x = 3"), "3", 1.0, M),
+    ("gold_x_eq", B("3"), "x = 3", 1.0, M),
+    ("x_eq_wrong", B("x=4"), "3", 0.0, X),
+    ("function_value", B("f(2) = 5"), "5", 1.0, M),
+    ("line_equation", B("y=3+2x"), "y = 2x + 3", 1.0, M),
+    ("equation_sides_swapped", B("1 = x^2+y^2"), "x^2 + y^2 = 1", 1.0, M),
+    ("text_wrapper", B("\\text{5}"), "5", 1.0, M),
+    ("mathrm_wrapper", B("\\mathrm{12}"), "12", 1.0, M),
+    ("textbf_wrapper", B("\\textbf{7}"), "7", 1.0, M),
+    ("text_answer", B("\\text{Yes}"), "yes", 1.0, M),
+    ("text_answer_wrong", B("\\text{Yes}"), "No", 0.0, X),
+    ("text_phrase", B("\\text{no solution}"), "No solution", 1.0, M),
+    ("multiple_choice", B("\\text{(C)}"), "C", 1.0, M),
+    ("multiple_choice_wrong", B("(B)"), "C", 0.0, X),
+    ("degrees_circ", B("30^\\circ"), "30", 1.0, M),
+    ("degrees_braced", B("30^{\\circ}"), "30", 1.0, M),
+    ("degrees_symbol", B("30"), "30\u00b0", 1.0, M),
+    ("degrees_not_radians", B("\\frac{\\pi}{6}"), "30^\\circ", 0.0, X),
+    ("unit_words", B("12 apples"), "12", 1.0, M),
+    ("unit_text", B("5 \\text{ cm}"), "5", 1.0, M),
+    ("unit_squared", B("5\\,\\text{cm}^2"), "5", 1.0, M),
+    ("unit_after_fraction", B("\\frac{3}{4}\\text{ cup}"), "0.75", 1.0, M),
+    ("unit_multiword", B("6 \\text{ meters per second}"), "6", 1.0, M),
+    ("unit_short_word", B("7 m"), "7", 1.0, M),
+    ("unit_wrong_value", B("13 apples"), "12", 0.0, X),
+    ("variable_is_not_unit", B("2 x"), "2", 0.0, X),
+    ("dollar_sign", B("\\$12.50"), "12.5", 1.0, M),
+    ("spacing_commands", B("1\\;+\\quad 1~"), "2", 1.0, M),
+    ("inline_math_delims", "The answer is \\(\\boxed{12}\\).", "12", 1.0, M),
+    ("display_math", "$$\\boxed{\\dfrac{1}{2}}$$", "\\frac{1}{2}", 1.0, M),
+    ("trailing_period_in_box", B("5."), "5", 1.0, M),
+    ("percent_vs_number", B("50\\%"), "50", 1.0, M),
+    ("percent_vs_fraction", B("50\\%"), "0.5", 1.0, M),
+    ("percent_vs_wrong", B("50\\%"), "0.6", 0.0, X),
+    ("percent_gold_answer_number", B("0.2"), "20\\%", 1.0, M),
+    ("percent_both", B("20\\%"), "20%", 1.0, M),
+    ("percent_not_double_scaled", B("20\\%"), "0.2\\%", 0.0, X),
+    # --- extraction --------------------------------------------------------------------------
+    ("nested_braces", "so \\boxed{\\frac{1}{2}}", "0.5", 1.0, M),
+    ("nested_braces_not_truncated", "so \\boxed{\\frac{1}{2}}", "\\frac{1}", 0.0, "unparsable_gold"),
+    ("boxed_bare_token", "so \\boxed 5", "5", 1.0, M),
+    ("boxed_bare_token_period", "so $\\boxed 7$.", "7", 1.0, M),
+    ("fbox", "so \\fbox{7}", "7", 1.0, M),
+    ("last_box_wins_when_equal", "\\boxed{0.5} i.e. \\boxed{\\frac12}", "1/2", 1.0, M),
+    ("hedged", "It is \\boxed{5} or maybe \\boxed{6}", "5", 0.0, "hedged"),
+    ("hedged_last_correct", "\\boxed{5} hmm, \\boxed{6}", "6", 0.0, "hedged"),
+    ("same_value_boxes", "\\boxed{5} so \\boxed{5.0}", "5", 1.0, M),
+    ("same_value_thousands", "\\boxed{1,000} that is \\boxed{1000}", "1000", 1.0, M),
+    ("no_box", "The answer is 5.", "5", 0.0, "no_box"),
+    ("no_box_empty", "", "5", 0.0, "no_box"),
+    ("empty_box", "\\boxed{}", "5", 0.0, "unparsable_response"),
+    ("truncated_box", "so \\boxed{\\frac{1}{2}", "\\frac{1}{2}", 0.0, "unparsable_response"),
+    ("truncated_box_digit", "so \\boxed{12", "12", 0.0, "unparsable_response"),
+    ("think_only", "<think>it is \\boxed{5}</think>The answer is five.", "5", 0.0, "think_only"),
+    ("think_then_answer", "<think>maybe \\boxed{4}</think>\\boxed{5}", "5", 1.0, M),
+    ("think_box_ignored", "<think>\\boxed{5}</think>\\boxed{4}", "5", 0.0, X),
+    ("think_hedge_ignored", "<think>\\boxed{1} \\boxed{2}</think>\\boxed{2}", "2", 1.0, M),
+    ("unclosed_think_box", "<think>so far \\boxed{5}", "5", 0.0, "think_only"),
+    ("unclosed_think_no_box", "<think>so far 5", "5", 0.0, "no_box"),
+    ("close_tag_only", "reasoning \\boxed{3}</think>\\boxed{5}", "5", 1.0, M),
+    ("boxed_lookalike", "\\boxedx{5}", "5", 0.0, "no_box"),
+    ("escaped_braces_in_box", "\\boxed{\\{1, 2\\}}", "\\{2,1\\}", 1.0, M),
+    ("doubly_boxed", "\\boxed{\\boxed{5}}", "5", 1.0, M),
+    # --- Chinese -----------------------------------------------------------------------------
+    ("chinese", "<think>个位7+8=15……</think>答案是\\boxed{85}。", "85", 1.0, M),
+    ("chinese_wrong", "<think>个位7+8=15……</think>答案是\\boxed{86}。", "85", 0.0, X),
+    ("chinese_unit", "所以共有\\boxed{85个}苹果。", "85", 1.0, M),
+    ("chinese_text_answer", "答案：\\boxed{\\text{是}}", "是", 1.0, M),
+    ("chinese_fullwidth", "答案是\\boxed{\uff11\uff12}", "12", 1.0, M),
+    ("chinese_think_only", "<think>答案是\\boxed{85}", "85", 0.0, "think_only"),
+    # --- gold problems -----------------------------------------------------------------------
+    ("gold_unbalanced", B("5"), "\\frac{1}{", 0.0, "unparsable_gold"),
+    ("gold_dangling_op", B("5"), "x^", 0.0, "unparsable_gold"),
+    ("gold_brackets", B("5"), "(1,2", 0.0, "unparsable_gold"),
+    ("gold_same_garbage", B("}{"), "}{", 0.0, "unparsable_gold"),
+    ("gold_empty", B("5"), "", 0.0, "empty_gold"),
+    ("gold_blank", B("5"), "   ", 0.0, "empty_gold"),
+    ("gold_error_before_no_box", "no box here", "\\sqrt{", 0.0, "unparsable_gold"),
+    # --- unparsable responses ----------------------------------------------------------------
+    ("response_garbage", B("+*/"), "5", 0.0, "unparsable_response"),
+    ("response_unbalanced", B("(5"), "5", 0.0, "unparsable_response"),
+    # --- CAS-hang inputs: too_expensive ------------------------------------------------------
+    ("tower", B("9^{9^{9^9}}"), "1", 0.0, "too_expensive"),
+    ("tower_unbraced", B("2^2^2^2^2^2"), "4", 0.0, "too_expensive"),
+    ("huge_factorial", B("100000!"), "1", 0.0, "too_expensive"),
+    ("iterated_factorial", B("1000!!!"), "1", 0.0, "too_expensive"),
+    ("power_tower_10", B("10^{10^{10}}"), "10", 0.0, "too_expensive"),
+    ("symbol_huge_power", B("x^{10^{10}}"), "x", 0.0, "too_expensive"),
+    ("poly_huge_power", B("(x+1)^{1000}"), "x+1", 0.0, "too_expensive"),
+    ("poly_many_terms", B("(x+y+z+w)^{40}"), "x", 0.0, "too_expensive"),
+    ("tiny_fraction_power", B("\\frac{1}{2}^{99999}"), "0", 0.0, "too_expensive"),
+    ("trig_of_tower", B("\\sin(10^{10^{10}})"), "0", 0.0, "too_expensive"),
+    ("nested_parens", B("(" * 500 + "1" + ")" * 500), "1", 0.0, "too_expensive"),
+    ("nested_left_right", B("\\left(" * 300 + "1" + "\\right)" * 300), "1", 0.0, "too_expensive"),
+    ("nested_sqrt", B("\\sqrt{" * 300 + "2" + "}" * 300), "2", 0.0, "too_expensive"),
+    ("long_number", B("1" * 100_000), "1", 0.0, "too_expensive"),
+    ("long_minus_chain", B("-" * 1000 + "1"), "1", 0.0, "too_expensive"),
+    ("too_expensive_gold", B("1"), "9^{9^{9^9}}", 0.0, "too_expensive"),
+    ("identical_expensive_strings", B("9^{9^{9^9}}"), "9^{9^{9^9}}", 1.0, M),
+]
+
+
+@pytest.mark.parametrize(
+    "response,gold,reward,reason", [c[1:] for c in GOLDEN], ids=[c[0] for c in GOLDEN]
+)
+def test_golden(response, gold, reward, reason):
+    t0 = time.perf_counter()
+    v = verify_math(response, gold)
+    elapsed = time.perf_counter() - t0
+    assert (v.reward, v.reason) == (reward, reason), v
+    assert elapsed < 1.0, f"took {elapsed:.3f}s"
+
+
+def test_golden_table_is_large_and_balanced():
+    assert len(GOLDEN) >= 120
+    assert len({c[0] for c in GOLDEN}) == len(GOLDEN)
+    assert sum(c[3] == 1.0 for c in GOLDEN) >= 60 and sum(c[3] == 0.0 for c in GOLDEN) >= 60
+
+
+# --- public API ---------------------------------------------------------------------------------
+def test_api_shape():
+    assert isinstance(MATH_VERIFIER_VERSION, str) and MATH_VERIFIER_VERSION.startswith("math-verifier/")
+    v = verify_math(B("1"), "1")
+    assert v == Verdict(1.0, "match", "1") and isinstance(v.reward, float)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.reward = 0.0  # type: ignore[misc]
+    assert issubclass(GoldAnswerError, ValueError)
+
+
+def test_verdict_answer_is_extracted_text():
+    assert verify_math("x \\boxed{\\frac{1}{2}} y", "0.5").answer == "\\frac{1}{2}"
+    assert verify_math("no box", "0.5").answer is None
+    assert verify_math("\\boxed{2} \\boxed{3}", "3").answer == "3"  # hedged keeps the last box
+
+
+@pytest.mark.parametrize(
+    "response,expected",
+    [
+        ("a \\boxed{\\frac{1}{2}} b", ("\\frac{1}{2}", "ok")),
+        ("\\boxed{1} then \\boxed{1}", ("1", "ok")),
+        ("\\boxed{1} then \\boxed{2}", (None, "hedged")),
+        ("\\boxed 5", ("5", "ok")),
+        ("\\fbox{x+1}", ("x+1", "ok")),
+        ("<think>\\boxed{3}</think>none", (None, "think_only")),
+        ("<think>\\boxed{3}", (None, "think_only")),
+        ("<think>3", (None, "no_box")),
+        ("plain", (None, "no_box")),
+        ("\\boxed{12", (None, "unparsable_response")),
+        ("\\boxed{\\{1,2\\}}", ("\\{1,2\\}", "ok")),
+        ("<think>\\boxed{1}</think>\\boxed{2}", ("2", "ok")),
+    ],
+)
+def test_extract_final_answer(response, expected):
+    assert extract_final_answer(response) == expected
+
+
+@pytest.mark.parametrize("gold", ["5", "\\frac{1}{2}", "(1,2]", "\\{1,2\\}", "x^2+1", "\\text{Yes}", "1,000",
+                                  "30^\\circ", "50\\%", "x = 3", "\\sqrt[3]{2}", "9^{9^{9^9}}"])
+def test_check_gold_accepts(gold):
+    check_gold(gold)
+
+
+@pytest.mark.parametrize("gold", ["\\frac{1}{", "", "  ", "x^", "}{", "(1,2", "1/", "\\sqrt{"])
+def test_check_gold_rejects_and_names_gold(gold):
+    with pytest.raises(GoldAnswerError) as ei:
+        check_gold(gold)
+    assert repr(gold) in str(ei.value)
+
+
+def test_check_gold_non_string():
+    with pytest.raises(GoldAnswerError):
+        check_gold(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("response,gold", [(None, "1"), (b"\\boxed{1}", "1"), (5, "5"), ("\\boxed{1}", None),
+                                           ("\\boxed{1}", 1), ("\\boxed{\x00}", "1"), ("\\boxed{\\}", "1")])
+def test_never_raises_on_odd_inputs(response, gold):
+    v = verify_math(response, gold)  # type: ignore[arg-type]
+    assert isinstance(v, Verdict) and v.reward in (0.0, 1.0)
+
+
+def test_integer_gold_given_as_int():
+    assert verify_math(B("5"), 5).reward == 1.0  # type: ignore[arg-type]
+
+
+# --- long and adversarial inputs ------------------------------------------------------------------
+def test_long_response_20k_chars():
+    think = "<think>" + ("Let me compute step by step. 7+8=15, carry the 1. " * 400) + "</think>"
+    assert len(think) > 20_000
+    t0 = time.perf_counter()
+    assert verify_math(think + "So \\boxed{85}.", "85") == Verdict(1.0, "match", "85")
+    assert verify_math(think + "So \\boxed{84}.", "85").reason == "mismatch"
+    assert verify_math(think[:-len("</think>")], "85").reason == "no_box"
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_huge_response_is_fast():
+    r = "x" * 2_000_000 + "\\boxed{3}"
+    t0 = time.perf_counter()
+    assert verify_math(r, "3").reward == 1.0
+    assert time.perf_counter() - t0 < 1.0
+
+
+ADVERSARIAL = [
+    "9^{9^{9^9}}", "100000!", "10^{10^{10}}", "(" * 500 + "1" + ")" * 500, "{" * 1000 + "1" + "}" * 1000,
+    "2^2^2^2^2^2", "\\sin(10^{10^{10}})", "(x+1)^{1000}", "(x+y+z+w)^{40}", "2^{39999}", "1000!!!",
+    "99999999999999999999999^{99999999999}", "\\frac{" * 200 + "1}{2}" * 200, "1+" * 600 + "1",
+    "\\exp(\\exp(\\exp(\\exp(100))))", "e^{e^{e^{e^{e^{10}}}}}", "x^{x^{x^{x}}}", "\\binom{20000}{10000}",
+    "\\sqrt{12345678901234567890123456789}", "\\underbrace{9^{9^{9}}}", "7" * 5000,
+]
+
+
+@pytest.mark.parametrize("answer", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+@pytest.mark.parametrize("gold", ["1", "x+1", "\\sin(x)"])
+def test_adversarial_under_one_second(answer, gold):
+    t0 = time.perf_counter()
+    v = verify_math(B(answer), gold)
+    assert time.perf_counter() - t0 < 1.0
+    assert v.reward == 0.0
+    assert v.reason in ("too_expensive", "timeout", "mismatch", "unparsable_response")
+
+
+@pytest.mark.parametrize("answer", ["9^{9^{9^9}}", "100000!", "10^{10^{10}}", "(" * 500 + "1" + ")" * 500,
+                                    "1" * 100_000])
+def test_cas_bombs_are_rejected_before_sympy(answer):
+    t0 = time.perf_counter()
+    assert verify_math(B(answer), "1").reason == "too_expensive"
+    assert time.perf_counter() - t0 < 0.05  # cheap pre-check, no CAS involved
+
+
+# --- fast path -----------------------------------------------------------------------------------
+def test_integer_fast_path_is_microseconds():
+    r = "<think>7+8=15</think>The answer is \\boxed{85}."
+    verify_math(r, "85")
+    n = 3000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        verify_math(r, "85")
+    per_call = (time.perf_counter() - t0) / n
+    assert per_call < 200e-6, per_call  # ~5 us unloaded; generous for a busy 2-core box
+
+
+def test_main_process_never_imports_sympy():
+    code = (
+        "import sys\n"
+        "from posttrain.rewards.math_verifier import verify_math\n"
+        "assert verify_math('\\\\boxed{\\\\sqrt{8}}', '2\\\\sqrt{2}').reward == 1.0\n"
+        "assert verify_math('\\\\boxed{x^2+2x+1}', '(x+1)^2').reward == 1.0\n"
+        "assert verify_math('\\\\boxed{\\\\sin(\\\\pi/6)}', '1/2').reason in ('match', 'timeout')\n"
+        "assert 'sympy' not in sys.modules, 'sympy imported in the caller'\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+# --- sympy worker: real timeout, respawn, off the main thread -----------------------------------
+def _wait_worker_ready(timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if verify_math(B("\\cos(0)"), "1").reason == "match":
+            return
+        time.sleep(0.05)
+    pytest.fail("sympy worker never became ready")
+
+
+def test_worker_timeout_kills_and_respawns(monkeypatch):
+    _wait_worker_ready()
+    old_pid = mv._WORKER.proc.pid
+    monkeypatch.setattr(mv, "_WORKER_CALL_S", 0.0005)
+    t0 = time.perf_counter()
+    v = verify_math(B("\\tan(\\pi/4)"), "1")
+    assert v.reason == "timeout" and v.reward == 0.0
+    assert time.perf_counter() - t0 < 1.0
+    monkeypatch.setattr(mv, "_WORKER_CALL_S", 0.6)
+    _wait_worker_ready()
+    assert mv._WORKER.proc.pid != old_pid  # killed and replaced
+
+
+def test_worker_works_off_main_thread():
+    _wait_worker_ready()
+    results = []
+    t = threading.Thread(target=lambda: results.append(verify_math(B("\\sin(\\pi/6)"), "0.5")))
+    t.start()
+    t.join(5)
+    assert results and results[0].reason == "match"
+
+
+# --- stream --------------------------------------------------------------------------------------
+class _FlushRecorder(io.StringIO):
+    def __init__(self):
+        super().__init__()
+        self.flushed_at: list[int] = []
+
+    def flush(self):
+        self.flushed_at.append(self.getvalue().count("\n"))
+        super().flush()
+
+
+def test_verify_stream_order_flush_and_bad_lines():
+    lines = [
+        json.dumps({"response": "\\boxed{5}", "answer": "5"}),
+        "this is not json",
+        json.dumps({"response": "\\boxed{\\frac12}", "answer": "0.5"}),
+        json.dumps(["not", "an", "object"]),
+        json.dumps({"response": "\\boxed{5}"}),
+        json.dumps({"response": 7, "answer": "7"}),
+        json.dumps({"response": "答案是\\boxed{85}。", "answer": "85"}, ensure_ascii=False),
+        json.dumps({"response": "\\boxed{4}", "answer": "5"}),
+    ]
+    out = _FlushRecorder()
+    verify_stream(iter(lines), out)
+    recs = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert len(recs) == len(lines)
+    assert recs[0] == {"reward": 1.0, "reason": "match", "answer": "5"}
+    assert recs[1]["reason"] == "bad_input" and recs[1]["reward"] == 0.0 and recs[1]["error"].startswith("line 2:")
+    assert recs[2] == {"reward": 1.0, "reason": "match", "answer": "\\frac12"}
+    assert recs[3]["reason"] == "bad_input" and recs[3]["error"].startswith("line 4:")
+    assert recs[4]["reason"] == "bad_input" and "answer" in recs[4]["error"]
+    assert recs[5]["reason"] == "bad_input" and recs[5]["error"].startswith("line 6:")
+    assert recs[6] == {"reward": 1.0, "reason": "match", "answer": "85"}
+    assert recs[7] == {"reward": 0.0, "reason": "mismatch", "answer": "4"}
+    assert out.flushed_at[: len(lines)] == list(range(1, len(lines) + 1))  # flushed after every line
+
+
+def test_verify_stream_hundreds_of_cases_fast():
+    cases = []
+    for i in range(300):
+        kind = i % 6
+        if kind == 0:
+            cases.append({"response": f"<think>..</think>\\boxed{{{i}}}", "answer": str(i)})
+        elif kind == 1:
+            cases.append({"response": f"\\boxed{{\\frac{{{i}}}{{{i + 1}}}}}", "answer": f"{i}/{i + 1}"})
+        elif kind == 2:
+            cases.append({"response": f"\\boxed{{x^2+{2 * i}x+{i * i}}}", "answer": f"(x+{i})^2"})
+        elif kind == 3:
+            cases.append({"response": f"\\boxed{{{i}.333}}", "answer": f"\\frac{{{3 * i + 1}}}{{3}}"})
+        elif kind == 4:
+            cases.append({"response": "\\boxed{9^{9^{9^9}}}", "answer": "1"})
+        else:
+            cases.append({"response": f"\\boxed{{[{i}, {i + 1})}}", "answer": f"[{i},{i + 1})"})
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    verify_stream((json.dumps(c) for c in cases), out)
+    assert time.perf_counter() - t0 < 10.0
+    recs = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [r["reward"] for r in recs] == [0.0 if i % 6 in (3, 4) else 1.0 for i in range(300)]

@@ -1,0 +1,188 @@
+"""Registry against a real MLflow SQLite store in tmp_path (no mocks)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from posttrain.registry import Registry, candidate_alias
+from posttrain.schema import CheckpointRef, GateCheck, GateVerdict
+
+
+def _ckpt(tmp_path, name: str, digest: str, num_parameters: int | None = None) -> CheckpointRef:
+    d = tmp_path / "ckpts" / name
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(b"\0" * 64)
+    return CheckpointRef(path=str(d), digest=digest, num_parameters=num_parameters)
+
+
+def _verdict(stage: str, passed: bool) -> GateVerdict:
+    return GateVerdict(
+        stage=stage,
+        passed=passed,
+        checks=[
+            GateCheck(name="accuracy", value=0.61, threshold=0.5, passed=True),
+            GateCheck(name="regression", value=float("nan"), threshold=0.0, passed=passed,
+                      detail="paired test"),
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def migrated_db(tmp_path_factory):
+    """A schema-migrated mlflow.db built once: a fresh store runs ~100 DDL commits (each an fsync,
+    seconds on a busy disk), so each test starts from a copy of this file instead."""
+    root = tmp_path_factory.mktemp("template")
+    Registry(root, model_name="template")
+    return root / "mlflow.db"
+
+
+@pytest.fixture
+def reg(tmp_path, migrated_db):
+    root = tmp_path / "registry"
+    root.mkdir()
+    shutil.copyfile(migrated_db, root / "mlflow.db")
+    return Registry(root)
+
+
+def test_register_versions_and_tags_round_trip(reg, tmp_path):
+    from mlflow.telemetry.client import get_telemetry_client
+
+    assert get_telemetry_client() is None  # telemetry off: nothing may reach the network
+
+    c1 = _ckpt(tmp_path, "cold", "sha256:aaa", num_parameters=1234)
+    c2 = _ckpt(tmp_path, "rl", "sha256:bbb")
+    lineage = {
+        "flow_run": "fr-1",
+        "config_hash": "cfg123",
+        "code_revision": "deadbeef",
+        "dataset/sft": "md5:0123",
+        "verifier/math": "v2",
+    }
+    v1 = reg.register("cold_start_sft", c1, lineage)
+    v2 = reg.register("reasoning_rl", c2, {"flow_run": "fr-1", "parent_version": v1})
+    assert (v1, v2) == ("1", "2")
+
+    got = reg.get(v1)
+    assert got["version"] == "1"
+    assert got["stage"] == "cold_start_sft"
+    assert got["source"] == str(c1.directory.resolve())  # the directory itself, not a copy
+    assert got["tags"] == {
+        **lineage, "stage": "cold_start_sft", "digest": "sha256:aaa", "num_parameters": "1234",
+    }
+    assert got["aliases"] == []
+    assert reg.get(v2)["tags"]["parent_version"] == "1"
+    # no weights were copied into the registry's artifact store
+    assert not any(p.is_file() for p in reg.artifact_root.rglob("*"))
+
+    assert [v["version"] for v in reg.versions()] == ["1", "2"]
+    assert [v["stage"] for v in reg.versions()] == ["cold_start_sft", "reasoning_rl"]
+
+    # persisted: a new Registry on the same root sees the same versions and numbering continues
+    again = Registry(reg.root)
+    assert [v["tags"]["digest"] for v in again.versions()] == ["sha256:aaa", "sha256:bbb"]
+    assert again.register("cold_start_sft", _ckpt(tmp_path, "c3", "sha256:ccc"), {}) == "3"
+
+    # MLflow's tag-key rule is enforced before anything is written
+    with pytest.raises(Exception, match="Invalid value"):
+        reg.register("cold_start_sft", c1, {"bad|key": "x"})
+    assert len(reg.versions()) == 3
+
+
+def test_alias_moves_only_on_passed_gate(reg, tmp_path):
+    stage = "cold_start_sft"
+    alias = candidate_alias(stage)
+    assert alias == "candidate-cold_start_sft"
+    v1 = reg.register(stage, _ckpt(tmp_path, "a", "d1"), {})
+    v2 = reg.register(stage, _ckpt(tmp_path, "b", "d2"), {})
+    v3 = reg.register(stage, _ckpt(tmp_path, "c", "d3"), {})
+    other = reg.register("reasoning_rl", _ckpt(tmp_path, "d", "d4"), {})
+
+    assert reg.alias(alias) is None
+    reg.record_gate(v1, _verdict(stage, True))
+    assert reg.alias(alias) == v1
+    assert reg.get(v1)["tags"]["gate"] == "passed"
+    assert "status" not in reg.get(v1)["tags"]
+    checks = json.loads(reg.get(v1)["tags"]["gate_checks"])
+    assert [c["name"] for c in checks] == ["accuracy", "regression"]
+    assert checks[0]["value"] == 0.61 and checks[1]["value"] is None  # NaN -> null, strict JSON
+
+    reg.record_gate(v2, _verdict(stage, False))
+    assert reg.alias(alias) == v1  # a failed gate does not move the alias
+    t2 = reg.get(v2)["tags"]
+    assert (t2["gate"], t2["status"]) == ("failed", "rejected")
+    assert reg.get(v2)["aliases"] == []
+
+    reg.record_gate(v3, _verdict(stage, True))
+    assert reg.alias(alias) == v3
+    assert reg.get(v3)["aliases"] == [alias] and reg.get(v1)["aliases"] == []
+    assert {v["version"]: v["aliases"] for v in reg.versions()} == {
+        v1: [], v2: [], v3: [alias], other: [],
+    }
+    # other stages' aliases are independent
+    assert reg.alias(candidate_alias("reasoning_rl")) is None
+    reg.record_gate(other, _verdict("reasoning_rl", True))
+    assert reg.alias(candidate_alias("reasoning_rl")) == other
+    assert reg.alias(alias) == v3
+
+
+def test_rejected_version_never_becomes_candidate(reg, tmp_path):
+    stage = "general_rl"
+    alias = candidate_alias(stage)
+    v1 = reg.register(stage, _ckpt(tmp_path, "a", "d1"), {})
+    reg.record_gate(v1, _verdict(stage, False))
+    assert reg.alias(alias) is None
+    with pytest.raises(ValueError, match="rejected"):
+        reg.record_gate(v1, _verdict(stage, True))
+    assert reg.alias(alias) is None
+    assert reg.get(v1)["tags"]["status"] == "rejected"
+
+    # re-evaluating the current candidate as failed takes the alias away (fail closed)
+    v2 = reg.register(stage, _ckpt(tmp_path, "b", "d2"), {})
+    reg.record_gate(v2, _verdict(stage, True))
+    assert reg.alias(alias) == v2
+    reg.record_gate(v2, _verdict(stage, False))
+    assert reg.alias(alias) is None
+    assert reg.get(v2)["tags"]["status"] == "rejected"
+
+    # a verdict for another stage is refused
+    v3 = reg.register(stage, _ckpt(tmp_path, "c", "d3"), {})
+    with pytest.raises(ValueError, match="stage"):
+        reg.record_gate(v3, _verdict("distillation", True))
+    assert "gate" not in reg.get(v3)["tags"]
+
+
+def test_training_run_logged_and_readable(reg, tmp_path):
+    metric_log = [
+        {"step": s, "loss": 2.0 / (s + 1), "lr": 1e-5, "note": "text is skipped", "ok": True}
+        for s in range(0, 50, 10)
+    ]
+    params = {"lr": 1e-5, "epochs": 2, "lora": {"r": 8}, "name": "cold"}
+    run_id = reg.log_training("cold_start_sft", params, metric_log,
+                              {"flow_run": "fr-9", "config_hash": "c0ffee"})
+    v = reg.register("cold_start_sft", _ckpt(tmp_path, "a", "d1"), {}, run_id=run_id)
+    assert reg.get(v)["run_id"] == run_id
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=reg.uri)  # an independent reader
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "cold_start_sft"
+    assert client.get_experiment(run.info.experiment_id).name == reg.model_name
+    assert run.data.tags["stage"] == "cold_start_sft"
+    assert run.data.tags["flow_run"] == "fr-9"
+    assert run.data.params == {"lr": "1e-05", "epochs": "2", "lora": '{"r": 8}', "name": "cold"}
+    hist = client.get_metric_history(run_id, "loss")
+    assert [(m.step, m.value) for m in sorted(hist, key=lambda m: m.step)] == [
+        (s, 2.0 / (s + 1)) for s in range(0, 50, 10)
+    ]
+    assert set(run.data.metrics) == {"loss", "lr"}
+    assert math.isclose(run.data.metrics["loss"], 2.0 / 41)
+
+    # a second execution of the same stage is a second run in the same experiment
+    run2 = reg.log_training("cold_start_sft", {}, [{"step": 0, "loss": 1.0}], {})
+    assert run2 != run_id
+    assert client.get_run(run2).info.experiment_id == run.info.experiment_id
