@@ -49,7 +49,13 @@ Interpretation choices (documented contract points)
 * ``a \\pm b`` is the unordered pair ``a+b, a-b``.
 * A mixed number ``2\\frac{1}{2}`` is 5/2.  ``2^10`` (no braces) is 2 to the 10th.
 * ``e`` is Euler's number, ``i`` the imaginary unit, ``\\log`` the natural log.
-* A box that is never closed is ``unparsable_response``; an empty box too.
+* A box that is never closed is ``unparsable_response``; an empty box too.  ``extract_final_answer``
+  returns ``(answer, "ok")`` when it finds one.
+* ``5 \\text{ or } 6`` for a single-valued gold is ``hedged``; for a list gold it is the list 5, 6.
+* A ratio ``a:b`` matches ``a:b`` and proportional ratios (``6:8`` = ``3:4``), not the number a/b.
+* ``\\lfloor x \\rfloor`` / ``\\lceil x \\rceil`` are floor / ceiling; ``\\overline{AB}`` is the group AB.
+* Unit words are dropped only after a number and only if they look like units (``cm``, ``apples``,
+  ``meters per second``), so ``2 x`` stays the product 2x; the unit itself is not compared.
 * A gold that is parseable but too expensive to evaluate is not an error for ``check_gold``
   (verify_math scores 0 with ``too_expensive`` unless the answer is the identical string).
 """
@@ -282,7 +288,8 @@ _TEXT_UNIT_RE = re.compile(
 _SPACING_RE = re.compile(r"\\[,;:!>]|\\(?:thinspace|negthinspace|medspace|thickspace)(?![A-Za-z])")
 _WIDE_SPACE_RE = re.compile(r"\\q?quad(?![A-Za-z])|\\enspace(?![A-Za-z])|\\hspace\*?\{[^{}]*\}|\\ |~")
 _SIZING_RE = re.compile(
-    r"\\(?:left|right)\s*\.|\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|Biggl|Biggr|bigm|big|Big|bigg|Bigg)(?![A-Za-z])"
+    r"\\(?:left|right)\s*\."
+    r"|\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|Biggl|Biggr|bigm|big|Big|bigg|Bigg)(?![A-Za-z])"
 )
 _DEGREE_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ(?![A-Za-z])|\\circ(?![A-Za-z])|\^?\s*\\degree(?![A-Za-z])")
 _PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\percent(?![A-Za-z]))\s*$")
@@ -297,6 +304,7 @@ _MIXED_RE = re.compile(r"(?<![\d.}^_)\]a-zA-Z])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}"
 _THOUSANDS_WHOLE_RE = re.compile(r"^\$?\s*[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*\$?\.?$")
 _THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3})((?:,\d{3})+)(?![\d])")
 _THOUSANDS_SPACE_RE = re.compile(r"(?<![\d.])(\d{1,3})((?: \d{3})+)(?![\d.])")
+_OR_RE = re.compile(r"(?<![A-Za-z])or(?![A-Za-z])")
 _OR_WORD_RE = re.compile(r"\s+(?:or|and)\s+")
 _MATH_WORDS = {
     "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
@@ -379,6 +387,8 @@ def _clean(s: str, thousands: bool) -> tuple[str, bool]:
     s = re.sub(r"\\[()\[\]]", " ", s)
     s = re.sub(r"\\(?:displaystyle|textstyle|scriptstyle|limits|nolimits)(?![A-Za-z])", " ", s)
     s = _SIZING_RE.sub("", s)
+    s = re.sub(r"\\l(floor|ceil)(?![A-Za-z])", r"\\\1(", s)
+    s = re.sub(r"\\r(?:floor|ceil)(?![A-Za-z])", ")", s)
     s = _SPACING_RE.sub("", s)
     s = _WIDE_SPACE_RE.sub(" ", s)
     s = s.replace("{,}", "").replace("\\lbrace", "\\{").replace("\\rbrace", "\\}")
@@ -426,7 +436,7 @@ def _clean(s: str, thousands: bool) -> tuple[str, bool]:
 # ----------------------------------------------------------------------------------------------
 _FUNCS = {
     "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
-    "ln", "log", "exp", "arccot", "lg",
+    "ln", "log", "exp", "arccot", "lg", "floor", "ceil",
 }
 _WORD_SPLIT_RE = re.compile(
     r"arcsin|arccos|arctan|arccot|sinh|cosh|tanh|sqrt|sin|cos|tan|cot|sec|csc|log|ln|exp|pi|infty|[A-Za-z]"
@@ -478,6 +488,8 @@ def _tokenize(s: str) -> list[tuple[str, object]]:
                 raise _Unparsable("dangling backslash")
             name = m.group(1)
             i = m.end()
+            if name in ("overline", "vec", "hat", "bar", "widehat", "overrightarrow", "mathring"):
+                continue  # decoration: \overline{AB} is the group {AB}
             if name in ("frac", "sqrt", "binom"):
                 toks.append((name, None))
             elif name in ("cdot", "times", "ast"):
@@ -499,7 +511,7 @@ def _tokenize(s: str) -> list[tuple[str, object]]:
             elif name in ("lfloor", "rfloor", "lceil", "rceil", "ldots", "cdots", "dots", "pm", "mp",
                           "le", "ge", "leq", "geq", "ne", "neq", "lt", "gt", "in", "cup", "cap",
                           "to", "infty", "over", "choose", "Reals", "emptyset", "varnothing",
-                          "begin", "end", "overline", "%", "hline", "angle", "sum", "prod", "int"):
+                          "begin", "end", "%", "hline", "sum", "prod", "int"):
                 raise _Unparsable("unsupported command \\" + name)
             elif name in _GREEK:
                 toks.append(("name", name))
@@ -861,7 +873,7 @@ def _outer_pair(s: str) -> tuple[str, str, str] | None:
     if s.startswith("\\{"):
         opener, body_start = "{", 2
     elif s.startswith("{") and s.endswith("}") and _match_brace(s, 0) == len(s) - 1:
-        return "{", s[1:-1], "}"
+        return "g", s[1:-1], "}"  # plain TeX group
     elif s[:1] in ("(", "["):
         opener, body_start = s[0], 1
     else:
@@ -950,11 +962,10 @@ def _parse_value(raw: str, thousands: bool, level: int = 0) -> tuple:
             raise _Unparsable("empty")
         if _check_balanced(s) > _MAX_DEPTH:
             raise _TooExpensive("nested too deeply")
+        if pct:  # re-attached: it belongs to the last element of a list, or to the scalar
+            s += "%"
     else:
-        s, pct = raw.strip(), False
-        m = _PERCENT_RE.search(s)
-        if m:
-            pct, s = True, s[: m.start()].strip()
+        s = raw.strip()
     if level > 6:
         raise _TooExpensive("structure nested too deeply")
     if not s:
@@ -986,6 +997,11 @@ def _parse_value(raw: str, thousands: bool, level: int = 0) -> tuple:
     if len(parts) == 3 and _NAME_LHS_RE.match(parts[0]):
         return _parse_value(parts[2], thousands, level + 1)
 
+    # ratio a:b
+    parts = [p for p in _split_top(s, [(":", ":")]) if not isinstance(p, tuple)]
+    if len(parts) == 2 and all(p.strip() for p in parts):
+        return ("ratio", [_Scalar(_parse_scalar(p)) for p in parts])
+
     # relations / equations
     parts = _split_top(s, _REL_TOKENS)
     if len(parts) > 1:
@@ -1007,6 +1023,10 @@ def _parse_value(raw: str, thousands: bool, level: int = 0) -> tuple:
     pair = _outer_pair(s)
     if pair is not None:
         opener, inner, close = pair
+        if opener == "g":  # {1,2} is a set, {x+1} a group
+            if len([p for p in _split_top(inner, [(",", ",")]) if not isinstance(p, tuple)]) < 2:
+                return _parse_value(inner, thousands, level + 1)
+            opener = "{"
         if opener == "{":
             if not inner.strip():
                 return ("set", [])
@@ -1021,6 +1041,10 @@ def _parse_value(raw: str, thousands: bool, level: int = 0) -> tuple:
             raise _Unparsable("half-open bracket around one value")
 
     # one scalar (or text)
+    pct = False
+    m = _PERCENT_RE.search(s)
+    if m:
+        pct, s = True, s[: m.start()].strip()
     s2 = _strip_units(s)
     if _CJK_RE.search(s2) or (_WORDS_ONLY_RE.match(s2) and _wordy(s2)):
         return ("text", _text_norm(s2))
@@ -1048,6 +1072,10 @@ def _parse_relation(parts: list, thousands: bool, level: int) -> tuple:
             lhs, rhs = (_parse_scalar(x) for x in sides)
             return ("eq", _Scalar(["+", lhs, ["*", _MINUS_ONE, rhs]]))
         return _parse_value(sides[-1], thousands, level + 1)
+    if ops == ["!="]:
+        if _NAME_LHS_RE.match(sides[1]) and not _NAME_LHS_RE.match(sides[0]):
+            sides = sides[::-1]
+        return ("rel", ("!=",), [_Scalar(_parse_scalar(x)) for x in sides])
     if "=" in ops or "!=" in ops:
         raise _Unparsable("mixed relation")
     # normalise direction to < / <=
@@ -1347,6 +1375,11 @@ def _canon(ast) -> dict:
             if all(a[0] == "p" or a in (("c", "pi"), ("c", "E")) for a, _ in key):
                 return {key: abs(coef)}
         raise _Unsupported("abs")
+    if op == "f" and ast[1] in ("floor", "ceil"):
+        c = _as_const(_canon(ast[2]))
+        if c is None:
+            raise _Unsupported("floor of a non-rational")
+        return _pconst(Fraction(math.floor(c) if ast[1] == "floor" else math.ceil(c)))
     if op in ("f", "log"):
         for a in ast[2:] if op == "f" else ast[1:]:
             _canon(a)  # size checks on the arguments
@@ -1419,6 +1452,8 @@ def _num(ast) -> complex:
             return 1 / cmath.tan(x)
         if f == "arccot":
             return cmath.atan(1 / x)
+        if f in ("floor", "ceil"):
+            raise ValueError("discontinuous")
         fn = {"sin": cmath.sin, "cos": cmath.cos, "tan": cmath.tan, "arcsin": cmath.asin,
               "arccos": cmath.acos, "arctan": cmath.atan, "sinh": cmath.sinh, "cosh": cmath.cosh,
               "tanh": cmath.tanh, "ln": cmath.log, "log": cmath.log, "exp": cmath.exp}[f]
@@ -1470,6 +1505,9 @@ class _SympyWorker:
         self.ready = False
         self.buf = b""
         self.lock = threading.Lock()
+        self.stale_since: float | None = None
+        self.failures = 0
+        self.disabled_until = 0.0
 
     def _alive(self) -> bool:
         return self.proc is not None and self.owner == os.getpid() and self.proc.poll() is None
@@ -1495,12 +1533,14 @@ class _SympyWorker:
         self.owner = os.getpid()
         self.ready = False
         self.buf = b""
+        self.stale_since = None
 
     def _kill(self) -> None:
         p = self.proc
         self.proc = None
         self.ready = False
         self.buf = b""
+        self.stale_since = None
         if p is None or self.owner != os.getpid():
             return
         try:
@@ -1531,33 +1571,65 @@ class _SympyWorker:
         line, self.buf = self.buf.split(b"\n", 1)
         return line
 
+    def _restart(self) -> None:
+        self._kill()
+        self.start()  # warm replacement for the next request
+
+    def _startup_failed(self) -> None:
+        self._kill()
+        self.failures += 1
+        if self.failures >= 3:  # e.g. sympy missing: stop respawning for a while
+            self.failures = 0
+            self.disabled_until = time.monotonic() + 60.0
+        else:
+            self.start()
+
     def equal(self, a, b, deadline: _Deadline) -> bool | None:
-        """True/False; None when sympy failed; raises _Timeout."""
+        """True/False; None when sympy failed on the input; raises _Timeout."""
         if not self.lock.acquire(timeout=max(0.0, deadline.left())):
             raise _Timeout()
         try:
+            if time.monotonic() < self.disabled_until:
+                raise _Timeout()
             self.start()
             if not self.ready:
                 try:
                     line = self._readline(deadline)
                 except BrokenPipeError:
-                    self._kill()
-                    self.start()
+                    self._startup_failed()
                     raise _Timeout()
                 if line != b"ready":
-                    self._kill()
-                    self.start()
-                    return None
+                    self._startup_failed()
+                    raise _Timeout()
                 self.ready = True
+                self.failures = 0
+            if self.stale_since is not None:  # drop the answer a previous caller gave up on
+                try:
+                    self._readline(deadline)
+                    self.stale_since = None
+                except _Timeout:
+                    if time.monotonic() - self.stale_since > _WORKER_CALL_S:
+                        self._restart()  # that request is a runaway
+                    raise
+                except BrokenPipeError:
+                    self._restart()
+                    raise _Timeout()
+            full_budget = deadline.left() >= _WORKER_CALL_S
             call = _Deadline(min(_WORKER_CALL_S, max(0.0, deadline.left())))
+            sent = time.monotonic()
             try:
                 assert self.proc is not None and self.proc.stdin is not None
                 self.proc.stdin.write(json.dumps({"a": a, "b": b}).encode() + b"\n")
                 self.proc.stdin.flush()
                 line = self._readline(call)
-            except (_Timeout, BrokenPipeError, OSError, ValueError):
-                self._kill()
-                self.start()  # warm replacement for the next request
+            except _Timeout:
+                if full_budget:
+                    self._restart()  # sympy overran its own budget: kill it
+                else:
+                    self.stale_since = sent  # the caller's budget ran out first: keep the worker
+                raise
+            except (BrokenPipeError, OSError, ValueError):
+                self._restart()
                 raise _Timeout()
             resp = json.loads(line)
             return resp.get("r")
@@ -1639,7 +1711,7 @@ def _worker_main() -> None:  # runs in the subprocess
                   "sec": sympy.sec, "csc": sympy.csc, "arcsin": sympy.asin, "arccos": sympy.acos,
                   "arctan": sympy.atan, "arccot": sympy.acot, "sinh": sympy.sinh,
                   "cosh": sympy.cosh, "tanh": sympy.tanh, "ln": sympy.log, "log": sympy.log,
-                  "exp": sympy.exp}[ast[1]]
+                  "exp": sympy.exp, "floor": sympy.floor, "ceil": sympy.ceiling}[ast[1]]
             return fn(build(ast[2]))
         raise ValueError(op)
 
@@ -1808,6 +1880,14 @@ def _values_equal(a: tuple, g: tuple, deadline: _Deadline) -> bool:
             return True
         neg = _Scalar(["*", _MINUS_ONE, y.ast])
         return _scalar_equal(x, neg, deadline)
+    if ka == "ratio" and kg == "ratio":
+        (a1, a2), (g1, g2) = a[1], g[1]
+        if _scalar_equal(a1, g1, deadline) and _scalar_equal(a2, g2, deadline):
+            return True
+        # proportional: a1 * g2 == a2 * g1 (both sides nonzero)
+        return _scalar_equal(_Scalar(["*", a1.ast, g2.ast]), _Scalar(["*", a2.ast, g1.ast]), deadline) and not (
+            _scalar_equal(a2, _Scalar(["n", 0, 1]), deadline) or _scalar_equal(g2, _Scalar(["n", 0, 1]), deadline)
+        )
     if ka == "rel" and kg == "rel":
         return a[1] == g[1] and len(a[2]) == len(g[2]) and all(
             _scalar_equal(x, y, deadline) for x, y in zip(a[2], g[2])
@@ -1915,6 +1995,8 @@ def verify_math(response: str, gold: str) -> Verdict:
             aval = _parse_value(answer, thousands)
         except _Unparsable:
             return Verdict(0.0, "unparsable_response", answer)
+        if aval[0] == "list" and gval[0] in ("scalar", "text") and _OR_RE.search(answer):
+            return Verdict(0.0, "hedged", answer)  # "5 or 6" for a single-valued gold
         ok = _values_equal(aval, gval, deadline)
         return Verdict(1.0 if ok else 0.0, "match" if ok else "mismatch", answer)
     except _TooExpensive:

@@ -1,0 +1,77 @@
+import pytest
+
+from posttrain.config import ConfigError, GateConfig, GateTarget, load_config
+from posttrain.gates import judge, paired_interval
+from posttrain.schema import EvalResult
+
+
+def _eval(values: list[float]) -> EvalResult:
+    return EvalResult(metrics={"math_accuracy": sum(values) / len(values)}, per_item={"math_accuracy": values})
+
+
+def test_paired_interval_is_centred_on_the_mean_difference():
+    mean, low, high = paired_interval([1, 1, 0, 1], [0, 1, 0, 0], 0.95)
+    assert mean == pytest.approx(0.5) and low < mean < high
+    assert paired_interval([1, 0], [1, 0], 0.95) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_interval([1], [1, 0], 0.95)
+
+
+def test_significantly_above_needs_more_than_noise():
+    parent = _eval([0.0] * 100 + [1.0] * 100)
+    clearly_better = _eval([1.0] * 40 + [0.0] * 60 + [1.0] * 100)  # 40 items flipped up
+    barely = _eval([1.0] * 2 + [0.0] * 98 + [1.0] * 100)             # 2 items flipped up
+    gate = GateConfig(targets=[GateTarget(metric="math_accuracy", above="parent")], regression=[])
+    evals = {"cold_start_sft": parent}
+    assert judge("reasoning_rl", gate, clearly_better, parent="cold_start_sft", evals=evals).passed
+    assert not judge("reasoning_rl", gate, barely, parent="cold_start_sft", evals=evals).passed
+
+
+def test_regression_beyond_noise_fails_the_gate_and_noise_does_not():
+    parent = _eval([1.0] * 150 + [0.0] * 50)
+    worse = _eval([0.0] * 40 + [1.0] * 110 + [0.0] * 50)
+    noisy = _eval([0.0] * 2 + [1.0] * 148 + [1.0] * 2 + [0.0] * 48)
+    gate = GateConfig(targets=[], regression=["math_accuracy"])
+    assert not judge("x", gate, worse, parent="p", evals={"p": parent}).passed
+    assert judge("x", gate, noisy, parent="p", evals={"p": parent}).passed
+
+
+def test_absolute_ratio_and_stage_metric_targets():
+    teacher, student = _eval([1.0] * 10), _eval([1.0] * 7 + [0.0] * 3)
+    gate = GateConfig(targets=[GateTarget(metric="math_accuracy", ratio_min=0.6, of="parent"),
+                               GateTarget(metric="stage.kept_rows", min=5)], regression=[])
+    verdict = judge("distillation", gate, student, parent="general_rl", evals={"general_rl": teacher},
+                    stage_metrics={"kept_rows": 4})
+    assert [c.passed for c in verdict.checks] == [True, False] and not verdict.passed
+
+
+def test_gate_target_needs_exactly_one_kind():
+    with pytest.raises(ValueError, match="exactly one"):
+        GateTarget(metric="math_accuracy", min=0.1, above="parent")
+    with pytest.raises(ValueError, match="unknown metric"):
+        GateTarget(metric="math_acc", min=0.1)
+
+
+def test_config_errors_name_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages:\n  reasoning_rl:\n    trainer:\n      loss_type: ppo\n      lerning_rate: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    message = str(err.value)
+    assert "stages.reasoning_rl.trainer.loss_type" in message and "ppo" in message
+    assert "stages.reasoning_rl.trainer.lerning_rate" in message
+
+
+def test_yaml_syntax_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("seed: 1\nworld:\n  seed: [1,\n")
+    with pytest.raises(ConfigError, match=r"broken.yaml:\d+"):
+        load_config(bad)
+
+
+def test_shipped_configs_validate():
+    from conftest import ROOT
+
+    for name in ("default.yaml", "smoke.yaml"):
+        cfg = load_config(ROOT / "configs" / name)
+        assert cfg.stages.reasoning_rl.trainer.loss_type in ("grpo", "dr_grpo", "dapo", "bnpo")

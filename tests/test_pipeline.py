@@ -1,0 +1,120 @@
+"""End to end on the smoke config: real world build, real TRL steps, real Prefect flow runs, real
+MLflow registry and DVC store, in a temporary project folder."""
+import json
+import shutil
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def smoke_project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    cfg = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    cfg["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
+                    "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
+    (root / "smoke.yaml").write_text(yaml.safe_dump(cfg))
+    return root
+
+
+def _run(project, monkeypatch, fail_stage=None, **kwargs):
+    from flows.pipeline import FAIL_STAGE_ENV, pipeline
+
+    if fail_stage:
+        monkeypatch.setenv(FAIL_STAGE_ENV, fail_stage)
+    else:
+        monkeypatch.delenv(FAIL_STAGE_ENV, raising=False)
+    state = pipeline(config_path=str(project / "smoke.yaml"), return_state=True, **kwargs)
+    reports = sorted((project / "runs").glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+    return state, json.loads(reports[-1].read_text())
+
+
+def _stage(report, name):
+    return next(s for s in report["stages"] if s["name"] == name)
+
+
+def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, smoke_project, monkeypatch):
+    state, report = _run(smoke_project, monkeypatch, fail_stage="mode_fusion_sft")
+    assert state.is_failed()
+    assert _stage(report, "mode_fusion_sft")["status"] == "failed"
+    first = {s["name"]: s for s in report["stages"]}
+    assert all(first[n]["status"] == "passed" for n in ("cold_start_sft", "reasoning_rl", "rejection_sampling"))
+
+    state, report = _run(smoke_project, monkeypatch)
+    assert state.is_completed(), state.message
+    stages = {s["name"]: s for s in report["stages"]}
+    for name in ("cold_start_sft", "reasoning_rl", "rejection_sampling"):
+        assert stages[name]["cached"] is True, name
+        assert stages[name]["checkpoint"]["digest"] == first[name]["checkpoint"]["digest"]
+    for name in ("mode_fusion_sft", "general_rl", "distillation"):
+        assert stages[name]["cached"] is False and stages[name]["status"] == "passed", name
+
+    # report.json schema the issue names
+    assert set(report) >= {"run_id", "wall_s", "stages"} and report["stages"][0]["name"] == "base"
+    for s in report["stages"]:
+        assert set(s) >= {"name", "status", "cached", "wall_s", "checkpoint", "gate", "eval"}
+    assert set(stages["distillation"]["eval"]) >= {
+        "math_accuracy", "format_rate", "language_consistency", "no_think_compliance", "instruction_accuracy",
+        "mean_len_correct", "mean_len_wrong", "truncation_rate"}
+    run_dir = smoke_project / "runs" / report["run_id"]
+    assert (run_dir / "report.md").read_text().count("|") > 50
+    assert (run_dir / "capabilities.png").stat().st_size > 1000
+
+    from posttrain.registry import Registry
+
+    registry = Registry(smoke_project / "runs" / "registry", model_name="posttrain-smoke")
+    registered = {v["stage"] for v in registry.versions()}
+    assert registered >= {"cold_start_sft", "reasoning_rl", "mode_fusion_sft", "general_rl", "distillation"}
+    assert registry.alias("candidate-distillation") is not None
+
+    # produced datasets are DVC-tracked and restorable
+    from posttrain.datasets import DatasetStore
+    from posttrain.schema import DatasetRef
+
+    ref = DatasetRef(**stages["mode_fusion_sft"]["datasets"][0])
+    store = DatasetStore(smoke_project / "runs" / "data-store")
+    local = store.restore(ref)
+    original = local.read_bytes()
+    local.unlink()
+    assert store.restore(ref).read_bytes() == original
+
+
+def test_deleted_cached_checkpoint_is_recomputed_not_returned_dangling(prefect_harness, smoke_project, monkeypatch):
+    state, report = _run(smoke_project, monkeypatch)
+    assert state.is_completed()
+    victim = _stage(report, "reasoning_rl")["checkpoint"]["path"]
+    shutil.rmtree(victim)
+    state, report = _run(smoke_project, monkeypatch)
+    assert state.is_completed(), state.message
+    assert _stage(report, "cold_start_sft")["cached"] is True
+    assert _stage(report, "reasoning_rl")["cached"] is False
+    assert (smoke_project / "runs").exists() and _stage(report, "reasoning_rl")["status"] == "passed"
+
+
+def test_failed_gate_fails_the_flow_and_rejects_the_checkpoint(prefect_harness, smoke_project, monkeypatch):
+    cfg = yaml.safe_load((smoke_project / "smoke.yaml").read_text())
+    cfg["stages"]["cold_start_sft"]["gate"] = {"targets": [{"metric": "format_rate", "min": 1.01}], "regression": []}
+    strict = smoke_project / "strict.yaml"
+    strict.write_text(yaml.safe_dump(cfg))
+    from flows.pipeline import pipeline
+
+    state = pipeline(config_path=str(strict), return_state=True)
+    assert state.is_failed() and "gate of cold_start_sft failed" in state.message
+
+    from posttrain.registry import Registry
+
+    registry = Registry(smoke_project / "runs" / "registry", model_name="posttrain-smoke")
+    rejected = [v for v in registry.versions() if v["tags"].get("gate") == "failed"]
+    assert rejected and all(v["tags"].get("status") == "rejected" for v in rejected)

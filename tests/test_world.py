@@ -1,0 +1,93 @@
+import random
+
+import pytest
+
+from posttrain.chat import assemble_response, conversation, parse_response
+from posttrain.world import tasks
+from posttrain.world.corpus import CorpusConfig, build_corpus
+
+
+def test_generators_are_deterministic():
+    assert [p.to_row() for p in tasks.math_problems(50, 3, "train")] == \
+        [p.to_row() for p in tasks.math_problems(50, 3, "train")]
+    assert tasks.math_problems(20, 3, "train")[0].question != tasks.math_problems(20, 4, "train")[0].question
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_reasoning_steps_reach_the_right_answer(op):
+    rng = random.Random(op)
+    for _ in range(300):
+        a, b = rng.randint(10, 999), rng.randint(2, 9) if op == "*" else rng.randint(10, 999)
+        if op == "-" and a < b:
+            a, b = b, a
+        digits = []
+        for en, _zh in tasks.reasoning_steps(op, a, b):
+            digits.append(en.split("write ")[-1].split(" ")[0])
+        assert int("".join(reversed(digits))) == tasks.compute(op, a, b), (op, a, b)
+
+
+def test_held_out_suites_do_not_overlap_training():
+    train = [p.question for p in tasks.math_problems(3000, 1, "train")]
+    held_out = [p.question for p in tasks.math_problems(300, 2, "eval")]
+    tasks.check_no_overlap(held_out, train)
+    held_out_ops = {(p.a, p.op, p.b) for p in tasks.math_problems(300, 2, "eval")}
+    assert not held_out_ops & {(p.a, p.op, p.b) for p in tasks.math_problems(3000, 1, "train")}
+
+
+def test_overlap_check_fails_loudly_on_a_leak():
+    train = ["What is 12 + 30?", "Compute 5 + 5."]
+    with pytest.raises(tasks.OverlapError, match="1 held-out prompts"):
+        tasks.check_no_overlap(["what is 12+30 ?", "Evaluate 1 + 1."], train)
+
+
+def test_corpus_has_no_chat_format_but_mixes_languages():
+    docs = build_corpus(CorpusConfig(math_documents=600, direct_documents=50), seed=0)
+    text = "\n".join(docs)
+    assert "<think>" not in text and "\\boxed" not in text and "<|im_start|>" not in text
+    mixed = [d for d in docs if d.startswith("问题") and "write" in d]
+    assert mixed, "some Chinese solutions must carry English steps"
+
+
+def test_every_digit_and_cjk_character_is_one_token(tokenizer):
+    for text in ["1234567890", "小明有37个苹果"]:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert len(ids) == len(text)
+        assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(tokenizer("37+48=85，写5", add_special_tokens=False)["input_ids"]) == "37+48=85，写5"
+
+
+def test_think_tags_survive_decoding_without_specials(tokenizer):
+    ids = tokenizer("<think>\nx\n</think>\n\ny<|im_end|>", add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "<think>\nx\n</think>\n\ny"
+
+
+def test_chat_template_marks_only_the_reply_for_the_loss(tokenizer):
+    messages = conversation("What is 1 + 2?", assemble_response("1+2=3", "\\boxed{3}"), thinking=True)
+    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    reply = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert reply == assemble_response("1+2=3", "\\boxed{3}") + "<|im_end|>"
+    assert "/think" in tokenizer.decode(ids)
+
+
+def test_parse_response_splits_reasoning_and_answer():
+    parsed = parse_response(assemble_response("step", "The answer is \\boxed{3}."))
+    assert parsed.reasoning == "step" and parsed.answer == "The answer is \\boxed{3}." and not parsed.empty_think
+    assert parse_response(assemble_response("", "x")).empty_think
+    assert parse_response("<think>still going").closed is False
+
+
+def test_instruction_gold_responses_satisfy_their_constraints():
+    import json
+
+    from posttrain.rewards.instruction import instruction_score
+
+    for split in ("train", "eval"):
+        for t in tasks.instruction_tasks(90, 0, split):
+            assert instruction_score(t.gold_response, t.constraints) == 1.0, (t.question, t.gold_response)
+            json.dumps(t.to_row())
+
+
+def test_eval_instruction_suite_covers_every_constraint_type():
+    types = {t.constraints[0]["type"] for t in tasks.instruction_tasks(18, 0, "eval")}
+    assert len(types) >= 8
