@@ -7,9 +7,17 @@ huge factorials, deep nesting, very long strings).  Every case is timed individu
 process (so the sympy worker's cold start is included), then the whole mix is streamed through
 `verify_stream` in a fresh interpreter to measure the CLI path end to end (startup included).
 
-    .venv/bin/python bench/verifiers.py [--n 600] [--seed 0]
+Code sandbox part: runs/s for a trivial passing program (one child per run), and the latency of
+each adversarial case (infinite loop, sleep, fork bomb, memory bomb, output flood, big file,
+forbidden reads, socket) under the default limits; the worst one bounds a reward call.
 
-Prints a table and writes bench/results/verifiers.json (the "math" key; other keys are kept).
+Reward share: the wall time the reasoning-RL reward functions (correctness, format, language
+consistency, Kimi length) take on one batch of 64 completions (8 prompts x 8 generations) built
+from the world's math tasks, to set against the RL step time.
+
+    .venv/bin/python bench/verifiers.py [--n 600] [--seed 0] [--only math,code_sandbox,reward_share]
+
+Prints a table and writes bench/results/verifiers.json (the keys it measured; other keys are kept).
 """
 from __future__ import annotations
 
@@ -30,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from posttrain.rewards.math_verifier import MATH_VERIFIER_VERSION, verify_math  # noqa: E402
+from posttrain.rewards.code_sandbox import (  # noqa: E402
+    SANDBOX_VERSION, SandboxLimits, run_tests, sandbox_isolation,
+)
 
 RESULTS = ROOT / "bench" / "results" / "verifiers.json"
 
@@ -161,13 +172,127 @@ def bench_math(n: int = 600, seed: int = 0) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=600)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    res = bench_math(args.n, args.seed)
+SANDBOX_ADVERSARIAL = {
+    "infinite_loop": "while True:\n    pass\n",
+    "sleep": "import time\ntime.sleep(60)\n",
+    "fork_bomb": "import os\nwhile True:\n    os.fork()\n",
+    "memory_bomb": "xs = []\nwhile True:\n    xs.append(bytearray(2**20))\n",
+    "huge_alloc": "x = bytearray(10**10)\n",
+    "output_flood": "while True:\n    print('x' * 10000)\n",
+    "big_file": "with open('big', 'wb') as f:\n    while True:\n        f.write(b'z' * 2**16)\n",
+    "read_passwd": "print(open('/etc/passwd').read())\n",
+    "read_dotdot": "print(open('../../../etc/passwd').read())\n",
+    "socket": "import socket\nsocket.create_connection(('127.0.0.1', 22))\n",
+}
 
+
+def bench_code_sandbox(runs: int = 100) -> dict:
+    limits = SandboxLimits()
+    isolation = sandbox_isolation()  # probed once, outside the timings
+    trivial = "a, b = map(int, input().split())\nprint(a + b)\n"
+    test = [{"input": "2 3\n", "output": "5"}]
+    lat = []
+    t_all = time.perf_counter()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        v = run_tests(trivial, test, limits=limits)
+        lat.append(time.perf_counter() - t0)
+        assert v.reward == 1.0, v
+    total = time.perf_counter() - t_all
+    adversarial = {}
+    for name, code in SANDBOX_ADVERSARIAL.items():
+        t0 = time.perf_counter()
+        v = run_tests(code, [{"input": "", "output": "ok"}], limits=limits)
+        adversarial[name] = {"ms": round((time.perf_counter() - t0) * 1e3, 1), "reward": v.reward,
+                             "reason": v.reason}
+    worst = max(adversarial.items(), key=lambda kv: kv[1]["ms"])
+    return {
+        "version": SANDBOX_VERSION,
+        "isolation": isolation,
+        "limits": {"cpu_s": limits.cpu_s, "wall_s": limits.wall_s, "memory_mib": limits.memory_bytes // 2**20,
+                   "output_bytes": limits.output_bytes, "file_bytes": limits.file_bytes,
+                   "max_processes": limits.max_processes},
+        "trivial_runs": runs,
+        "trivial_runs_per_s": round(runs / total, 1),
+        "trivial_latency_ms": {"p50": round(_pct(lat, 0.5) * 1e3, 2), "max": round(max(lat) * 1e3, 2)},
+        "adversarial": adversarial,
+        "adversarial_worst": {"case": worst[0], **worst[1]},
+        "adversarial_all_zero": all(a["reward"] == 0.0 for a in adversarial.values()),
+    }
+
+
+def reasoning_rl_batch(seed: int, prompts: int = 8, generations: int = 8) -> dict:
+    """A GRPO-shaped batch: `generations` consecutive completions per prompt, mixing right and wrong
+    answers, drifting languages, long and short reasoning, missing boxes and unfinished thinking."""
+    from posttrain.chat import assemble_response
+    from posttrain.world import tasks
+
+    rng = random.Random(seed)
+    problems = tasks.math_problems(prompts, seed, "train", english_step_share=0.0)
+    cols: dict[str, list] = {"completions": [], "answer": [], "kind": [], "language": [], "thinking": [],
+                             "completion_ids": []}
+    for p in problems:
+        for _ in range(generations):
+            mixed = tasks.render_reasoning(p.op, p.a, p.b, p.language, english_step_share=0.3, rng=rng)
+            reasoning = rng.choice([p.reasoning, p.reasoning, mixed, (p.reasoning + " ") * rng.randint(2, 6)])
+            roll = rng.random()
+            if roll < 0.55:
+                text = assemble_response(reasoning, tasks.default_math_answer(p.answer, p.language))
+            elif roll < 0.85:
+                wrong = str(int(p.answer) + rng.choice([-10, -1, 1, 10, 100]))
+                text = assemble_response(reasoning, tasks.default_math_answer(wrong, p.language))
+            elif roll < 0.93:
+                text = assemble_response(reasoning, f"so it is {p.answer}")  # no box
+            else:
+                text = "<think>\n" + reasoning  # ran out of tokens while thinking
+            cols["completions"].append(text)
+            cols["answer"].append(p.answer)
+            cols["kind"].append("math")
+            cols["language"].append(p.language)
+            cols["thinking"].append(True)
+            cols["completion_ids"].append(list(range(len(text))))  # the world tokenizer is per character
+    return cols
+
+
+def bench_reward_share(seed: int = 0, repeats: int = 20) -> dict:
+    from types import SimpleNamespace
+
+    from posttrain.rewards import build_rewards
+
+    weights = {"correctness": 1.0, "format": 0.2, "language_consistency": 0.2, "length": 0.1}
+    funcs, _ = build_rewards(weights, num_generations=8)
+    batch = reasoning_rl_batch(seed)
+    completions = batch.pop("completions")
+    kwargs = {**batch, "prompts": [""] * len(completions), "trainer_state": SimpleNamespace(global_step=10**6)}
+
+    def one_pass() -> dict[str, float]:
+        times = {}
+        for fn in funcs:
+            t0 = time.perf_counter()
+            out = fn(completions, **kwargs)
+            times[fn.__name__] = time.perf_counter() - t0
+            assert len(out) == len(completions)
+        return times
+
+    cold = one_pass()  # first batch: lazy imports, the gold-answer cache is empty
+    passes = [one_pass() for _ in range(repeats)]
+    per_fn = {name: round(statistics.median(p[name] for p in passes) * 1e3, 3) for name in cold}
+    totals = [sum(p.values()) for p in passes]
+    correct = sum(r == 1.0 for r in funcs[0](completions, **kwargs))
+    return {
+        "weights": weights,
+        "batch": len(completions),
+        "groups": f"{len(completions) // 8} prompts x 8 generations",
+        "correct_share": round(correct / len(completions), 3),
+        "mean_completion_chars": round(statistics.mean(len(c) for c in completions), 1),
+        "ms_per_batch": {"median": round(statistics.median(totals) * 1e3, 3), "max": round(max(totals) * 1e3, 3),
+                         "cold_first_batch": round(sum(cold.values()) * 1e3, 3)},
+        "ms_per_batch_by_function": per_fn,
+        "repeats": repeats,
+    }
+
+
+def _print_math(res: dict) -> None:
     print(f"math verifier {res['version']}: {res['cases']} cases")
     print(f"{'category':16s} {'n':>4s} {'mean ms':>9s} {'max ms':>9s}")
     for c, s in res["by_category_ms"].items():
@@ -181,6 +306,44 @@ def main() -> None:
     print(f"stream (CLI)     {res['stream_cli_wall_s']} s wall for {res['stream_cli_lines']} lines, fresh process")
     print(f"reasons          {res['reasons']}")
 
+
+def _print_sandbox(res: dict) -> None:
+    print(f"code sandbox {res['version']} ({res['isolation']} isolation), limits {res['limits']}")
+    print(f"trivial program  {res['trivial_runs_per_s']} runs/s  latency ms {res['trivial_latency_ms']}")
+    for name, a in res["adversarial"].items():
+        print(f"  {name:14s} {a['ms']:8.1f} ms  reward {a['reward']}  {a['reason']}")
+    print(f"worst adversarial {res['adversarial_worst']}")
+
+
+def _print_share(res: dict) -> None:
+    print(f"reasoning-RL rewards {res['weights']} on {res['batch']} completions ({res['groups']}), "
+          f"{res['correct_share']:.0%} correct")
+    print(f"ms per batch     {res['ms_per_batch']}  by function {res['ms_per_batch_by_function']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=600)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="math,code_sandbox,reward_share",
+                    help="comma-separated sections to measure (others keep their stored results)")
+    args = ap.parse_args()
+    sections = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = sections - {"math", "code_sandbox", "reward_share"}
+    if unknown:
+        raise SystemExit(f"unknown sections {sorted(unknown)}; known: math, code_sandbox, reward_share")
+
+    measured = {}
+    if "math" in sections:
+        measured["math"] = bench_math(args.n, args.seed)
+        _print_math(measured["math"])
+    if "code_sandbox" in sections:
+        measured["code_sandbox"] = bench_code_sandbox()
+        _print_sandbox(measured["code_sandbox"])
+    if "reward_share" in sections:
+        measured["reward_share"] = bench_reward_share(args.seed)
+        _print_share(measured["reward_share"])
+
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     data = {}
     if RESULTS.exists():
@@ -188,11 +351,12 @@ def main() -> None:
             data = json.loads(RESULTS.read_text())
         except ValueError:
             data = {}
-    data["math"] = {
-        **res,
+    stamp = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
     }
+    for key, res in measured.items():
+        data[key] = {**res, **stamp}
     RESULTS.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 

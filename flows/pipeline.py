@@ -108,7 +108,8 @@ def _publish_gate(stage: str, verdict) -> None:
     )
 
 
-@flow(name="posttrain-pipeline", log_prints=True)
+# log_prints stays off: dill captures dis output by swapping sys.stdout, which patched print() bypasses.
+@flow(name="posttrain-pipeline", log_prints=False)
 def pipeline(config_path: str = "configs/default.yaml", stages: list[StageName] | None = None,
              seed: int | None = None, force: bool = False) -> dict:
     """Run the post-training chain with a gate after every stage.
@@ -198,5 +199,5 @@ def pipeline(config_path: str = "configs/default.yaml", stages: list[StageName] 
     report["wall_s"] = time.time() - started
     report_path = write_report(run_dir, report)
     create_markdown_artifact(key="report-card", markdown=report_path.read_text(), description=f"run {run_id}")
-    print(f"report: {report_path}")
+    logger.info(f"report: {report_path}")
     return {"run_id": run_id, "report": str(report_path)}

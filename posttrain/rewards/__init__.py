@@ -10,8 +10,10 @@ import json
 from typing import Callable
 
 from posttrain.rewards.format import FORMAT_VERSION, format_ok
+from posttrain.rewards.code_sandbox import SANDBOX_VERSION, code_execution
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
+from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward
 from posttrain.rewards.math_verifier import MATH_VERIFIER_VERSION, verify_math
 
 RewardFn = Callable[..., list[float | None]]
@@ -69,6 +71,15 @@ REWARDS: dict[str, RewardFn] = {
     "format": format_reward,
     "language_consistency": language_consistency,
     "instruction": instruction,
+    "code": code_execution,
+}
+
+# Rewards that need run settings (group size, warm-up, length budget): built per run by build_rewards.
+REWARD_FACTORIES: dict[str, Callable[..., RewardFn]] = {
+    "length": lambda *, num_generations, length_warmup_steps, **_: make_length_reward(
+        num_generations, length_warmup_steps),
+    "overlong": lambda *, max_completion_length, overlong_cache, **_: make_overlong_reward(
+        max_completion_length, overlong_cache),
 }
 
 VERIFIER_VERSIONS = {
@@ -76,17 +87,27 @@ VERIFIER_VERSIONS = {
     "format": FORMAT_VERSION,
     "language": LANGUAGE_VERSION,
     "instruction": INSTRUCTION_VERSION,
+    "length": LENGTH_VERSION,
+    "overlong": OVERLONG_VERSION,
+    "code": SANDBOX_VERSION,
 }
 
 
-def build_rewards(weights: dict[str, float]) -> tuple[list[RewardFn], list[float]]:
-    """Reward functions with a non-zero weight, and their weights, in a stable order."""
-    unknown = set(weights) - set(REWARDS)
+def build_rewards(weights: dict[str, float], *, num_generations: int = 8, length_warmup_steps: int = 0,
+                  max_completion_length: int = 128, overlong_cache: int = 32) -> tuple[list[RewardFn], list[float]]:
+    """Reward functions with a non-zero weight, and their weights, in a stable order.
+
+    The keyword settings only feed the factory-built rewards ("length": Kimi group size and warm-up,
+    "overlong": DAPO L_max and L_cache); TRL names each function by its `__name__`."""
+    known = [*REWARDS, *REWARD_FACTORIES]
+    unknown = set(weights) - set(known)
     if unknown:
-        raise ValueError(f"unknown rewards {sorted(unknown)}; known: {', '.join(REWARDS)}")
+        raise ValueError(f"unknown rewards {sorted(unknown)}; known: {', '.join(known)}")
+    settings = dict(num_generations=num_generations, length_warmup_steps=length_warmup_steps,
+                    max_completion_length=max_completion_length, overlong_cache=overlong_cache)
     chosen = [(name, w) for name, w in weights.items() if w != 0]
     funcs = []
     for name, _ in chosen:
-        fn = REWARDS[name]
+        fn = REWARDS[name] if name in REWARDS else REWARD_FACTORIES[name](**settings)
         funcs.append(fn)
     return funcs, [w for _, w in chosen]

@@ -30,21 +30,37 @@ class PretrainConfig(BaseModel):
     probe_every: int = 0  # also probe held-out accuracy every N steps (learning-curve record)
 
 
-def pack(tokenizer, documents: list[str], sequence_length: int) -> torch.Tensor:
+def pack(tokenizer, documents: list[str], sequence_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole documents packed into blocks, each block starting at a document boundary.
+
+    Cutting documents at arbitrary block edges would leave many solutions without their question,
+    and copying operands from the question is the first thing the model has to learn.
+    Returns (input_ids, labels) with padding masked out of the loss.
+    """
     sep = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    ids: list[int] = []
+    pad = tokenizer.pad_token_id
+    blocks, current = [], []
     for enc in tokenizer(documents, add_special_tokens=False)["input_ids"]:
-        ids.extend(enc)
-        ids.append(sep)
-    usable = len(ids) // sequence_length * sequence_length
-    return torch.tensor(ids[:usable]).view(-1, sequence_length)
+        doc = (enc + [sep])[:sequence_length]
+        if len(current) + len(doc) > sequence_length:
+            blocks.append(current)
+            current = []
+        current = current + doc
+    if current:
+        blocks.append(current)
+    ids = torch.full((len(blocks), sequence_length), pad)
+    labels = torch.full((len(blocks), sequence_length), -100)
+    for i, block in enumerate(blocks):
+        ids[i, :len(block)] = torch.tensor(block)
+        labels[i, :len(block)] = torch.tensor(block)
+    return ids, labels
 
 
 def pretrain(tokenizer, arch: Architecture, corpus_cfg: corpus.CorpusConfig, cfg: PretrainConfig,
              out_dir: Path, seed: int) -> tuple[CheckpointRef, dict]:
     torch.set_num_threads(cfg.threads)
     model = build_model(arch, tokenizer, seed)
-    blocks = pack(tokenizer, corpus.build_corpus(corpus_cfg, seed), cfg.sequence_length)
+    blocks, block_labels = pack(tokenizer, corpus.build_corpus(corpus_cfg, seed), cfg.sequence_length)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   betas=(0.9, 0.95))
 
@@ -60,8 +76,8 @@ def pretrain(tokenizer, arch: Architecture, corpus_cfg: corpus.CorpusConfig, cfg
     start, losses, curve = time.time(), [], []
     bar = tqdm(range(cfg.steps), desc=f"pretraining {count_parameters(model) / 1e6:.1f}M", unit="step")
     for step in bar:
-        batch = blocks[torch.randint(len(blocks), (cfg.batch_size,), generator=generator)]
-        loss = model(input_ids=batch, labels=batch).loss
+        pick = torch.randint(len(blocks), (cfg.batch_size,), generator=generator)
+        loss = model(input_ids=blocks[pick], labels=block_labels[pick]).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -76,7 +92,7 @@ def pretrain(tokenizer, arch: Architecture, corpus_cfg: corpus.CorpusConfig, cfg
             bar.write(f"step {step + 1}: held-out raw math accuracy {curve[-1]['raw_math_accuracy']:.3f}")
     wall = time.time() - start
     ref = save_checkpoint(model, tokenizer, out_dir)
-    tokens = cfg.steps * cfg.batch_size * cfg.sequence_length
+    tokens = cfg.steps * cfg.batch_size * cfg.sequence_length  # padded positions included
     metrics = {"final_loss": sum(losses[-20:]) / len(losses[-20:]), "wall_s": wall,
                "tokens_per_s": tokens / wall, "parameters": count_parameters(model),
                "raw_math_accuracy": probe_raw_math(model, tokenizer, cfg.probe_problems, seed, corpus_cfg.levels),
