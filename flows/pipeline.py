@@ -13,6 +13,9 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from posttrain.env import configure_offline
 
@@ -110,8 +113,12 @@ def _publish_gate(stage: str, verdict) -> None:
 
 # log_prints stays off: dill captures dis output by swapping sys.stdout, which patched print() bypasses.
 @flow(name="posttrain-pipeline", log_prints=False)
-def pipeline(config_path: str = "configs/default.yaml", stages: list[StageName] | None = None,
-             seed: int | None = None, force: bool = False) -> dict:
+def pipeline(
+    config_path: Annotated[str, Field(description="Pipeline YAML, relative to the project or absolute")] = "configs/default.yaml",
+    stages: Annotated[list[StageName] | None, Field(description="Stages to run (default: all, in order)")] = None,
+    seed: Annotated[int | None, Field(ge=0, description="Overrides the config's seed")] = None,
+    force: Annotated[bool, Field(description="Recompute stages even when a cached result exists")] = False,
+) -> dict:
     """Run the post-training chain with a gate after every stage.
 
     config_path: pipeline YAML. stages: which stages to run (default all; skipped ones hand their
@@ -168,6 +175,8 @@ def pipeline(config_path: str = "configs/default.yaml", stages: list[StageName] 
         verdict = judge(name, cfg.stage(name).gate, evaluation, parent=current_name, evals=evals,
                         stage_metrics=result.train_metrics, confidence=cfg.evaluation.confidence)
         _publish_gate(name, verdict)
+        (run_dir / name).mkdir(parents=True, exist_ok=True)
+        (run_dir / name / "gate.json").write_text(verdict.model_dump_json(indent=2))
 
         version = versions[current_name] if same_checkpoint else None
         if not same_checkpoint:

@@ -54,7 +54,12 @@ def load_checkpoint(ref: CheckpointRef | str | Path, *, for_training: bool = Tru
     if isinstance(ref, CheckpointRef) and not local.is_dir():
         raise MissingCheckpointError(
             f"checkpoint {location} is missing; rerun the stage that wrote it (posttrain run --force)")
-    tokenizer = AutoTokenizer.from_pretrained(location)
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32)
+    except OSError as exc:
+        raise MissingCheckpointError(
+            f"cannot load model {location!r}: it is not a local model directory and the hub is not reachable "
+            f"(HF_HUB_OFFLINE=1). Download it beforehand or point base.model at a local path. ({exc})") from None
     model.train(for_training)
     return model, tokenizer

@@ -154,16 +154,27 @@ class ColdStartSFTConfig(Strict):
 
 
 class RewardWeights(Strict):
+    """Weight of each reward in the registry (posttrain.rewards); 0 leaves it out."""
+
     correctness: float = 1.0
     format: float = 0.2
     language_consistency: float = 0.0
     instruction: float = 0.0
+    length: float = 0.0      # Kimi k1.5 length reward, per prompt group
+    overlong: float = 0.0    # DAPO soft overlong punishment
+    code: float = 0.0
+
+
+class RewardSettings(Strict):
+    length_warmup_steps: int = Field(0, ge=0)   # Kimi: length reward off until this step
+    overlong_cache: int = Field(32, ge=1)       # DAPO L_cache (L_max is max_completion_length)
 
 
 class ReasoningRLConfig(Strict):
     prompts: int = Field(2000, ge=8)
     levels: list[int] = [1, 2, 3]
     rewards: RewardWeights = RewardWeights()
+    reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig()
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="math_accuracy", above="cold_start_sft")])
 
@@ -194,6 +205,7 @@ class GeneralRLConfig(Strict):
     instruction_prompts: int = Field(1500, ge=1)
     math_prompts: int = Field(500, ge=0)
     rewards: RewardWeights = RewardWeights(correctness=1.0, format=0.1, instruction=1.0)
+    reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig(max_steps=40)
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="instruction_accuracy", above="mode_fusion_sft")])
 

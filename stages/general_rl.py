@@ -40,7 +40,10 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
               "answer": p["answer"], "language": p["language"], "thinking": True} for p in problems]
     random.Random(inputs.seed).shuffle(rows)
 
-    reward_funcs, weights = build_rewards(config.rewards.model_dump())
+    reward_funcs, weights = build_rewards(
+        config.rewards.model_dump(), num_generations=config.trainer.num_generations,
+        length_warmup_steps=config.reward_settings.length_warmup_steps,
+        max_completion_length=config.trainer.max_completion_length, overlong_cache=config.reward_settings.overlong_cache)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, train_dataset=Dataset.from_list(rows),
                           args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                           processing_class=tokenizer)

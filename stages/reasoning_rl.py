@@ -33,7 +33,10 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
                                   "language": p["language"], "kind": "math", "thinking": True}
                                  for p in problems])
 
-    reward_funcs, weights = build_rewards(config.rewards.model_dump())
+    reward_funcs, weights = build_rewards(
+        config.rewards.model_dump(), num_generations=config.trainer.num_generations,
+        length_warmup_steps=config.reward_settings.length_warmup_steps,
+        max_completion_length=config.trainer.max_completion_length, overlong_cache=config.reward_settings.overlong_cache)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, train_dataset=dataset,
                           args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                           processing_class=tokenizer)

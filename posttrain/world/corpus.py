@@ -19,11 +19,11 @@ class CorpusConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     math_documents: int = 30000
-    direct_documents: int = 6000
+    direct_documents: int = 3000
     mixed_language_share: float = 0.3   # of Chinese solutions with English steps mixed in
     mixed_step_share: float = 0.4        # of steps switched inside such a solution
     levels: list[int] = [1, 2]
-    word_share: float = 0.4              # word problems vs bare expressions
+    word_share: float = 0.3              # word problems vs bare expressions
 
 
 def math_document(p: tasks.MathProblem) -> str:

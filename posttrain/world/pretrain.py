@@ -19,9 +19,9 @@ from posttrain.world.model import Architecture, build_model, count_parameters
 class PretrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = 500
-    batch_size: int = 32
-    sequence_length: int = 128
+    steps: int = 600
+    batch_size: int = 24
+    sequence_length: int = 192
     learning_rate: float = 3e-3
     warmup_steps: int = 30
     weight_decay: float = 0.01
