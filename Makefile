@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME := $(CURDIR)/.prefect
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup run test clean
+.PHONY: setup run test clean ui
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +29,23 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# `make ui`: a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) plus the served
+# deployments (pipeline, promote, rollback, evaluate: flows/serve.py). Ctrl-C stops both.
+UI_PORT ?= 4200
+ui: setup
+	@mkdir -p .prefect
+	@export PREFECT_API_URL=http://127.0.0.1:$(UI_PORT)/api; \
+	health() { $(PY) -c "import sys, urllib.request; urllib.request.urlopen('$$PREFECT_API_URL/health', timeout=2); sys.exit(0)" 2>/dev/null; }; \
+	server=; \
+	if health; then echo "using the Prefect server already on 127.0.0.1:$(UI_PORT)"; else \
+	  $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(UI_PORT) --analytics-off > .prefect/server.log 2>&1 & server=$$!; \
+	  trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null' EXIT INT TERM; \
+	  for i in $$(seq 1 120); do health && break; kill -0 $$server 2>/dev/null || { cat .prefect/server.log; exit 1; }; sleep 1; done; \
+	  health || { echo "Prefect server did not become healthy (see .prefect/server.log)"; exit 1; }; \
+	fi; \
+	echo "Prefect UI: http://127.0.0.1:$(UI_PORT)"; \
+	$(PY) -m flows.serve
 
 clean:
 	rm -rf runs .prefect

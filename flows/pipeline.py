@@ -13,7 +13,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -118,6 +118,9 @@ def pipeline(
     stages: Annotated[list[StageName] | None, Field(description="Stages to run (default: all, in order)")] = None,
     seed: Annotated[int | None, Field(ge=0, description="Overrides the config's seed")] = None,
     force: Annotated[bool, Field(description="Recompute stages even when a cached result exists")] = False,
+    on_gate_failure: Annotated[Literal["stop", "continue"], Field(
+        description="stop: a failed gate ends the run. continue: record it (checkpoint rejected, never "
+                    "promoted), go on with the chain for diagnosis, and fail the run at the end")] = "stop",
 ) -> dict:
     """Run the post-training chain with a gate after every stage.
 
@@ -145,7 +148,7 @@ def pipeline(
     report["stages"].append({"name": "base", "status": "passed", "cached": base_cached, "wall_s": 0.0,
                              "checkpoint": base.model_dump(), "gate": None, "eval": base_eval.metrics})
 
-    current, current_name, datasets = base, "base", []
+    current, current_name, datasets, failed_gates = base, "base", [], []
     versions = {"base": None}
     for name in STAGES:
         stage_started = time.time()
@@ -200,7 +203,10 @@ def pipeline(
                     f"{' (cached stage)' if cached else ''}; {json.dumps({c.name: c.value for c in verdict.checks})}")
         if not verdict.passed:
             failed = [f"{c.name} = {c.value} ({c.detail})" for c in verdict.checks if not c.passed]
-            raise GateFailed(f"gate of {name} failed: " + "; ".join(failed))
+            failed_gates.append(f"gate of {name} failed: " + "; ".join(failed))
+            if on_gate_failure == "stop":
+                raise GateFailed(failed_gates[-1])
+            logger.warning(f"{failed_gates[-1]} (continuing: on_gate_failure=continue)")
         versions[name] = version
         current, current_name = result.checkpoint, name
         datasets = datasets + result.datasets_produced
@@ -209,4 +215,6 @@ def pipeline(
     report_path = write_report(run_dir, report)
     create_markdown_artifact(key="report-card", markdown=report_path.read_text(), description=f"run {run_id}")
     logger.info(f"report: {report_path}")
+    if failed_gates:
+        raise GateFailed(" | ".join(failed_gates) + f" (report: {report_path})")
     return {"run_id": run_id, "report": str(report_path)}

@@ -1,4 +1,5 @@
-"""`posttrain` command line: run the pipeline, build the world, verify answers."""
+"""`posttrain` command line: run the pipeline, build the world, verify answers; operations: status,
+promote, rollback, history, lineage, evaluate, resume."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ def _cmd_run(args) -> int:
     from flows.pipeline import pipeline
 
     state = pipeline(config_path=str(Path(args.config).absolute()), stages=args.stages, seed=args.seed,
-                     force=args.force, return_state=True)
+                     force=args.force, on_gate_failure=args.on_gate_failure, return_state=True)
     if state.is_completed():
         out = state.result()
         print(f"run id: {out['run_id']}\nreport: {out['report']}")
@@ -52,6 +53,288 @@ def _cmd_verify(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ operations
+
+
+class CLIError(Exception):
+    """A clear one-line error: printed as `error: ...`, exit code 2."""
+
+
+def _config(args):
+    from posttrain.config import load_config
+
+    return load_config(args.config)
+
+
+def _registry(cfg, must_exist: bool = True):
+    from posttrain.registry import Registry
+
+    root = cfg.path(cfg.paths.registry)
+    if must_exist and not (root / "mlflow.db").is_file():
+        raise CLIError(f"no registry at {root} (run the pipeline with this config first)")
+    return Registry(root, model_name=f"posttrain-{cfg.name}")
+
+
+def _table(rows: list[list], header: list[str]) -> str:
+    cells = [[str(c) for c in header]] + [["–" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}"
+    return str(v)
+
+
+def _cmd_status(args) -> int:
+    import json
+
+    cfg = _config(args)
+    runs = cfg.path(cfg.paths.runs)
+    if args.run_id:
+        path = runs / args.run_id / "report.json"
+        if not path.is_file():
+            raise CLIError(f"no report for run {args.run_id} ({path} does not exist)")
+    else:
+        reports = sorted(runs.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+        if not reports:
+            raise CLIError(f"no runs under {runs} yet (posttrain run --config {args.config})")
+        path = reports[-1]
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CLIError(f"cannot read {path}: {exc}") from None
+    stages = report.get("stages", [])
+    failed = [s["name"] for s in stages if s.get("status") == "failed"]
+    overall = f"FAILED at {failed[0]}" if failed else "passed"
+    print(f"run {report.get('run_id')}: {overall}  (wall {report.get('wall_s', 0):.0f} s, "
+          f"config {report.get('config', '')})")
+    rows = []
+    for s in stages:
+        gate = s.get("gate")
+        rows.append([s["name"], s.get("status"), _fmt(bool(s.get("cached"))),
+                     "–" if not gate else ("passed" if gate.get("passed") else "FAILED"),
+                     f"{s.get('wall_s', 0):.0f}", (s.get("checkpoint") or {}).get("version")])
+    print(_table(rows, ["stage", "status", "cached", "gate", "wall s", "version"]))
+    for s in stages:
+        gate = s.get("gate")
+        if gate and not gate.get("passed"):
+            for c in gate.get("checks", []):
+                if not c.get("passed"):
+                    print(f"  {s['name']}: failed check {c['name']} = {_fmt(c.get('value'))} {c.get('detail', '')}".rstrip())
+    registry_root = cfg.path(cfg.paths.registry)
+    if (registry_root / "mlflow.db").is_file():
+        from posttrain import promotion
+
+        reg = _registry(cfg)
+        prod = promotion.current_production(reg)
+        print(f"production: {prod or '(none)'}" + (f" ({reg.get(prod)['stage']})" if prod else ""))
+    print(f"report: {path.with_suffix('.md')}")
+    return 0
+
+
+def _print_entry(entry: dict) -> None:
+    reason = f", reason: {entry['reason']}" if entry.get("reason") else ""
+    print(f"production: {entry['from'] or '(none)'} -> {entry['to']} ({entry['stage']}) "
+          f"[{entry['action']} by {entry['actor']}{reason}]")
+    for problem in entry.get("overridden") or []:
+        print(f"  overridden: {problem}")
+
+
+def _cmd_promote(args) -> int:
+    from posttrain import promotion
+
+    reg = _registry(_config(args))
+    _print_entry(promotion.promote(reg, args.version, reason=args.reason, force=args.force))
+    return 0
+
+
+def _cmd_rollback(args) -> int:
+    from posttrain import promotion
+
+    reg = _registry(_config(args))
+    _print_entry(promotion.rollback(reg, to=args.to, reason=args.reason, force=args.force))
+    return 0
+
+
+def _cmd_history(args) -> int:
+    import json
+
+    from posttrain import promotion
+
+    reg = _registry(_config(args))
+    entries = promotion.history(reg)
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    if not entries:
+        print(f"{reg.model_name}: no production history yet")
+        return 0
+    rows = [[e["at"], e["action"], e["from"], e["to"], e.get("stage"), e["actor"], e.get("reason")] for e in entries]
+    print(_table(rows, ["at (UTC)", "action", "from", "to", "stage", "actor", "reason"]))
+    print(f"production: {entries[-1]['to']}")
+    return 0
+
+
+def _cmd_lineage(args) -> int:
+    import json
+
+    from posttrain import promotion
+
+    cfg = _config(args)
+    reg = _registry(cfg)
+    chain = promotion.lineage(reg, args.version, runs_dir=cfg.path(cfg.paths.runs))
+    if args.json:
+        print(json.dumps(chain, indent=2))
+        return 0
+    for link in chain:
+        if link["version"] == "base":
+            print(f"base  digest {link['digest'] or '–'}")
+            continue
+        aliases = f"  [{', '.join(link['aliases'])}]" if link.get("aliases") else ""
+        print(f"v{link['version']}  {link['stage']}  gate {link['gate'] or '–'}"
+              f"{' (rejected)' if link.get('status') == 'rejected' else ''}{aliases}")
+        print(f"    flow run {link['flow_run']}  config {link['config_hash']}  code {link['code_revision']}  "
+              f"seed {link['seed']}")
+        print(f"    digest {link['digest']}")
+        if link["verifiers"]:
+            print("    verifiers " + ", ".join(f"{k}={v}" for k, v in sorted(link["verifiers"].items())))
+        for name, md5 in sorted(link["datasets_consumed"].items()):
+            print(f"    consumed {name}  md5 {md5}")
+        for name, md5 in sorted((link["datasets_produced"] or {}).items()):
+            print(f"    produced {name}  md5 {md5}")
+    return 0
+
+
+def _cmd_evaluate(args) -> int:
+    import json
+
+    from posttrain import promotion
+
+    cfg = _config(args)
+    reg = _registry(cfg)
+    out = promotion.evaluate_version(reg, cfg, args.version, against_production=not args.no_compare)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    v, prod, comparison = out["version"], out["production"], out["comparison"]
+    if comparison is None:
+        rows = [[k, _fmt(val)] for k, val in out["metrics"].items()]
+        print(_table(rows, ["metric", f"v{v}"]))
+        if prod == v:
+            print(f"(v{v} is production)")
+        elif prod is None and not args.no_compare:
+            print("(no production version to compare with)")
+        return 0
+    rows = [[r["metric"], _fmt(r["new"]), _fmt(r["old"]),
+             "–" if r["diff"] is None else f"{r['diff']:+.3f}",
+             "–" if r["low"] is None else f"[{r['low']:+.3f}, {r['high']:+.3f}]", r["verdict"]]
+            for r in comparison]
+    print(_table(rows, ["metric", f"v{v}", f"production v{prod}", "diff", f"{cfg.evaluation.confidence:.0%} CI", "paired"]))
+    return 0
+
+
+# Flows `resume` can execute in this process, by flow name (module:function, importable from the project).
+FLOW_ENTRYPOINTS = {
+    "posttrain-pipeline": "flows.pipeline:pipeline",
+    "posttrain-promote": "flows.serve:promote_flow",
+    "posttrain-rollback": "flows.serve:rollback_flow",
+    "posttrain-evaluate": "flows.serve:evaluate_flow",
+}
+RESUMABLE = ("FAILED", "CRASHED", "CANCELLED")
+SERVED_WITHIN_S = 60  # a deployment polled this recently has a live runner (`serve`) or worker
+
+
+def _deployment_served(client, deployment_id) -> tuple[bool, str]:
+    from datetime import datetime, timezone
+
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        dep = client.read_deployment(deployment_id)
+    except ObjectNotFound:
+        return False, "its deployment no longer exists"
+    polled = dep.last_polled
+    status = getattr(dep.status, "value", dep.status)
+    fresh = polled is not None and (datetime.now(timezone.utc) - polled).total_seconds() < SERVED_WITHIN_S
+    return bool(fresh and status == "READY"), f"deployment {dep.name!r}"
+
+
+def _cmd_resume(args) -> int:
+    """What the UI's Retry button and `prefect flow-run retry` do: move the terminal (failed) run to
+    AwaitingRetry; a served deployment's runner then picks it up, otherwise it runs here, under the
+    same flow run id, reusing cached stages."""
+    import importlib
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.responses import SetStateStatus
+    from prefect.exceptions import ObjectNotFound
+    from prefect.flow_engine import run_flow
+    from prefect.states import AwaitingRetry
+    from prefect.utilities.callables import get_call_parameters, parameters_to_args_kwargs
+
+    with get_client(sync_client=True) as client:
+        try:
+            run = client.read_flow_run(UUID(args.flow_run))
+        except ValueError:  # not a UUID: a flow run name
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[args.flow_run])),
+                                         limit=10)
+            if len(runs) != 1:
+                raise CLIError(f"flow run {args.flow_run!r} " + ("not found" if not runs else
+                               "is ambiguous: " + ", ".join(str(r.id) for r in runs))) from None
+            run = runs[0]
+        except ObjectNotFound:
+            raise CLIError(f"flow run {args.flow_run} not found on the Prefect API") from None
+        state = run.state.type.value if run.state else "UNKNOWN"
+        if state == "COMPLETED":
+            raise CLIError(f"flow run {run.id} ({run.name}) already completed; nothing to resume "
+                           "(start a new run: finished stages are reused from the cache)")
+        if state not in RESUMABLE:
+            raise CLIError(f"flow run {run.id} ({run.name}) is {state}; only FAILED, CRASHED or CANCELLED runs "
+                           "can be resumed")
+        flow_name = client.read_flow(run.flow_id).name
+        served, where = (False, "")
+        if run.deployment_id:
+            served, where = _deployment_served(client, run.deployment_id)
+        if not served and flow_name not in FLOW_ENTRYPOINTS:
+            raise CLIError(f"flow run {run.id} is of flow {flow_name!r}, which this project cannot run "
+                           f"(known: {', '.join(FLOW_ENTRYPOINTS)})")
+        result = client.set_flow_run_state(run.id, AwaitingRetry(message="Resumed via posttrain resume"), force=True)
+        if result.status == SetStateStatus.ABORT:
+            raise CLIError(f"flow run {run.id} could not be resumed: {result.details.reason}")
+        if served:
+            print(f"flow run {run.id} ({run.name}) set to AwaitingRetry; the runner serving {where} will pick it up")
+            return 0
+        module, _, attr = FLOW_ENTRYPOINTS[flow_name].partition(":")
+        flow_obj = getattr(importlib.import_module(module), attr)
+        run = client.read_flow_run(run.id)
+        try:
+            call_args, call_kwargs = parameters_to_args_kwargs(flow_obj.fn, run.parameters or {})
+            parameters = get_call_parameters(flow_obj.fn, call_args, call_kwargs)
+        except Exception as exc:
+            raise CLIError(f"the parameters of flow run {run.id} no longer fit {flow_name}: {exc}") from None
+        print(f"resuming flow run {run.id} ({run.name}) in this process"
+              + (f" ({where} has no live runner)" if run.deployment_id else ""))
+    final = run_flow(flow=flow_obj, flow_run=run, parameters=parameters, return_type="state")
+    if final.is_completed():
+        out = final.result()
+        if isinstance(out, dict) and out.get("report"):
+            print(f"run id: {out.get('run_id')}\nreport: {out['report']}")
+        print(f"flow run {run.id} completed")
+        return 0
+    print(f"flow run {run.id} finished {final.type.value}: {final.message}", file=sys.stderr)
+    return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="posttrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only these stages (default: all)")
     run.add_argument("--seed", type=int, help="override the config's seed")
     run.add_argument("--force", action="store_true", help="recompute cached stages")
+    run.add_argument("--on-gate-failure", choices=["stop", "continue"], default="stop",
+                     help="continue: run the rest of the chain after a failed gate (the run still fails)")
     run.set_defaults(func=_cmd_run)
 
     world = sub.add_parser("world", help="build the embedded world (dvc.yaml runs these)")
@@ -74,7 +359,41 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="verify answers: JSON lines on stdin, one verdict per line out")
     verify.add_argument("--kind", default="math")
     verify.set_defaults(func=_cmd_verify)
+
+    default_config = str(PROJECT_ROOT / "configs" / "default.yaml")
+
+    def op(name: str, help: str, func):
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--config", default=default_config, help="pipeline YAML (locates runs and registry)")
+        p.set_defaults(func=func)
+        return p
+
+    status = op("status", "summary of the latest run's report (or of RUN_ID)", _cmd_status)
+    status.add_argument("run_id", nargs="?", help="a run id (folder under the runs directory)")
+    promote = op("promote", "move the production alias to a version (or a stage's candidate)", _cmd_promote)
+    promote.add_argument("version", help="version number, or a stage name meaning its candidate-<stage> alias")
+    promote.add_argument("--reason", help="why (recorded in the history; required with --force)")
+    promote.add_argument("--force", action="store_true",
+                         help="promote even if the gate failed or the checkpoint changed (needs --reason)")
+    rollback = op("rollback", "move production back to the previous (or a named) version", _cmd_rollback)
+    rollback.add_argument("--to", help="version to roll back to (default: the one before the current)")
+    rollback.add_argument("--reason", help="why (recorded in the history)")
+    rollback.add_argument("--force", action="store_true", help="skip the checks on the target (needs --reason)")
+    hist = op("history", "every move of the production alias", _cmd_history)
+    hist.add_argument("--json", action="store_true")
+    lin = op("lineage", "a version's chain back to the base model", _cmd_lineage)
+    lin.add_argument("version", help="version number, stage name (its candidate) or alias (e.g. production)")
+    lin.add_argument("--json", action="store_true")
+    ev = op("evaluate", "evaluate a version on the held-out suites and compare it to production", _cmd_evaluate)
+    ev.add_argument("version", help="version number, stage name (its candidate) or alias")
+    ev.add_argument("--no-compare", action="store_true", help="do not evaluate production for comparison")
+    ev.add_argument("--json", action="store_true")
+    resume = op("resume", "retry a failed flow run (as the UI's Retry), reusing finished stages", _cmd_resume)
+    resume.add_argument("flow_run", help="flow run id (or unique name)")
     return parser
+
+
+_OPERATIONS = (_cmd_status, _cmd_promote, _cmd_rollback, _cmd_history, _cmd_lineage, _cmd_evaluate, _cmd_resume)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     from posttrain.config import ConfigError
     from posttrain.world.build import DatasetError
 
+    errors: tuple[type[BaseException], ...] = (ConfigError, DatasetError, FileNotFoundError, CLIError)
+    if args.func in _OPERATIONS:
+        from posttrain.promotion import PromotionError
+
+        errors += (PromotionError,)
     try:
         return args.func(args)
-    except (ConfigError, DatasetError, FileNotFoundError) as exc:
+    except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

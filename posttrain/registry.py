@@ -222,6 +222,27 @@ class Registry:
         version = aliases.get(name)
         return None if version is None else str(version)
 
+    def aliases(self) -> dict[str, str]:
+        """Every alias of the model: ``{alias: version}``."""
+        aliases = self.client.get_registered_model(self.model_name).aliases or {}
+        return {str(k): str(v) for k, v in aliases.items()}
+
+    def set_alias(self, name: str, version: str) -> None:
+        """Point alias ``name`` at ``version`` (moving it if it is set elsewhere)."""
+        with self._mutation():
+            self.client.set_registered_model_alias(self.model_name, name, str(version))
+
+    def delete_alias(self, name: str) -> None:
+        """Remove alias ``name``; a no-op if it is not set."""
+        with self._mutation():
+            if name in self.aliases():
+                self.client.delete_registered_model_alias(self.model_name, name)
+
+    def set_tag(self, version: str, key: str, value: Any) -> None:
+        """Set one model-version tag (values that are not strings are JSON-encoded)."""
+        with self._mutation():
+            self.client.set_model_version_tag(self.model_name, str(version), key, _tag_value(value))
+
     # -- training runs ---------------------------------------------------------------------------
     def log_training(
         self,

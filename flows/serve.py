@@ -1,0 +1,139 @@
+"""Serve the pipeline and the operations flows as deployments, triggerable from the Prefect UI.
+
+    make ui                  # starts a local Prefect server (127.0.0.1:4200) and runs this module
+    python -m flows.serve    # with PREFECT_API_URL pointing at a running server
+
+Deployments (flow name / deployment name):
+
+    posttrain-pipeline/pipeline   the whole chain (flows.pipeline.pipeline)
+    posttrain-promote/promote     move the production alias (posttrain.promotion.promote)
+    posttrain-rollback/rollback   move it back (posttrain.promotion.rollback)
+    posttrain-evaluate/evaluate   evaluate a registered version against production
+
+Promote and rollback record ``flow-run:<id>`` as the actor in the production history and publish
+the history as a markdown artifact (key ``production-history``); evaluate publishes a table
+artifact (key ``evaluation``).  Stopping this process pauses the deployments (Prefect's serve).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from posttrain.env import configure_offline
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+configure_offline(PROJECT_ROOT)
+os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # UI trigger -> run start in ~2 s
+
+from prefect import flow, get_run_logger, serve  # noqa: E402
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+
+from flows.pipeline import pipeline  # noqa: E402
+
+ConfigPath = Annotated[str, Field(description="Pipeline YAML, relative to the project or absolute "
+                                              "(locates the registry)")]
+
+
+def _open(config_path: str):
+    from posttrain.config import load_config
+    from posttrain.registry import Registry
+
+    cfg = load_config(config_path if Path(config_path).is_absolute() else PROJECT_ROOT / config_path)
+    return cfg, Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
+
+
+def history_markdown(registry, entry: dict | None = None) -> str:
+    from posttrain import promotion
+
+    lines = [f"# Production of `{registry.model_name}`", ""]
+    if entry is not None:
+        lines += [f"**{entry['action']}**: {entry['from'] or '(none)'} → **{entry['to']}** ({entry['stage']}) "
+                  f"by `{entry['actor']}`" + (f" — {entry['reason']}" if entry.get("reason") else ""), ""]
+        lines += [f"- overridden: {p}" for p in entry.get("overridden") or []]
+        lines.append("")
+    lines += ["| at (UTC) | action | from | to | stage | actor | reason |", "|---|---|---|---|---|---|---|"]
+    for e in reversed(promotion.history(registry)):
+        lines.append(f"| {e['at']} | {e['action']} | {e['from'] or '–'} | {e['to']} | {e.get('stage') or '–'} "
+                     f"| {e['actor']} | {(e.get('reason') or '–').replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+@flow(name="posttrain-promote", log_prints=False)
+def promote_flow(
+    version: Annotated[str, Field(description="Version number, or a stage name (its candidate-<stage> alias)")],
+    reason: Annotated[str | None, Field(description="Why; recorded in the history (required with force)")] = None,
+    force: Annotated[bool, Field(description="Promote even if the gate failed or the checkpoint changed")] = False,
+    config_path: ConfigPath = "configs/default.yaml",
+) -> dict:
+    """Move the production alias to a registered version (refuses failed gates and altered checkpoints)."""
+    from posttrain import promotion
+
+    _, registry = _open(config_path)
+    entry = promotion.promote(registry, version, reason=reason, force=force)
+    get_run_logger().info(f"production: {entry['from']} -> {entry['to']} ({entry['action']})")
+    create_markdown_artifact(key="production-history", markdown=history_markdown(registry, entry),
+                             description=f"{entry['action']} to version {entry['to']}")
+    return entry
+
+
+@flow(name="posttrain-rollback", log_prints=False)
+def rollback_flow(
+    to: Annotated[str | None, Field(description="Version to roll back to (default: the previous production)")] = None,
+    reason: Annotated[str | None, Field(description="Why; recorded in the history")] = None,
+    force: Annotated[bool, Field(description="Skip the checks on the target (needs a reason)")] = False,
+    config_path: ConfigPath = "configs/default.yaml",
+) -> dict:
+    """Move production back to the previous version (or to a named one)."""
+    from posttrain import promotion
+
+    _, registry = _open(config_path)
+    entry = promotion.rollback(registry, to=to, reason=reason, force=force)
+    get_run_logger().info(f"production: {entry['from']} -> {entry['to']} ({entry['action']})")
+    create_markdown_artifact(key="production-history", markdown=history_markdown(registry, entry),
+                             description=f"rollback to version {entry['to']}")
+    return entry
+
+
+@flow(name="posttrain-evaluate", log_prints=False)
+def evaluate_flow(
+    version: Annotated[str, Field(description="Version number, stage name (its candidate) or alias")],
+    compare: Annotated[bool, Field(description="Also evaluate production and compare item by item")] = True,
+    config_path: ConfigPath = "configs/default.yaml",
+) -> dict:
+    """Evaluate a registered version on the held-out suites; paired comparison with production."""
+    from posttrain import promotion
+
+    cfg, registry = _open(config_path)
+    out = promotion.evaluate_version(registry, cfg, version, against_production=compare)
+    if out["comparison"] is not None:
+        table = [{"metric": r["metric"], f"v{out['version']}": r["new"], f"production v{out['production']}": r["old"],
+                  "diff": r["diff"], "ci_low": r["low"], "ci_high": r["high"], "paired": r["verdict"]}
+                 for r in out["comparison"]]
+        description = f"version {out['version']} vs production {out['production']}"
+    else:
+        table = [{"metric": k, f"v{out['version']}": v} for k, v in out["metrics"].items()]
+        description = f"version {out['version']}"
+    create_table_artifact(key="evaluation", table=table, description=description)
+    return out
+
+
+def deployments() -> list:
+    return [
+        pipeline.to_deployment(name="pipeline", description="The post-training chain with a gate after every stage"),
+        promote_flow.to_deployment(name="promote", description=promote_flow.__doc__),
+        rollback_flow.to_deployment(name="rollback", description=rollback_flow.__doc__),
+        evaluate_flow.to_deployment(name="evaluate", description=evaluate_flow.__doc__),
+    ]
+
+
+def main() -> None:
+    # No run limit by default: a promote or rollback must not wait for a training run to finish.
+    limit = os.environ.get("POSTTRAIN_SERVE_LIMIT")
+    serve(*deployments(), limit=int(limit) if limit else None)
+
+
+if __name__ == "__main__":
+    main()
