@@ -31,16 +31,19 @@ test: setup
 	$(PY) -m pytest -q
 
 # `make ui`: a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) plus the served
-# deployments (pipeline, promote, rollback, evaluate: flows/serve.py). Ctrl-C stops both.
+# deployments (pipeline, promote, rollback, evaluate: flows/serve.py). Ctrl-C stops both: the server
+# runs in its own session so that Ctrl-C reaches only `serve`, which pauses its deployments through
+# the still-running server before the server is stopped.
 UI_PORT ?= 4200
 ui: setup
 	@mkdir -p .prefect
 	@export PREFECT_API_URL=http://127.0.0.1:$(UI_PORT)/api; \
 	health() { $(PY) -c "import sys, urllib.request; urllib.request.urlopen('$$PREFECT_API_URL/health', timeout=2); sys.exit(0)" 2>/dev/null; }; \
 	server=; \
+	trap 'true' INT TERM; \
 	if health; then echo "using the Prefect server already on 127.0.0.1:$(UI_PORT)"; else \
-	  $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(UI_PORT) --analytics-off > .prefect/server.log 2>&1 & server=$$!; \
-	  trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null' EXIT INT TERM; \
+	  setsid $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(UI_PORT) --analytics-off > .prefect/server.log 2>&1 & server=$$!; \
+	  trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null' EXIT; \
 	  for i in $$(seq 1 120); do health && break; kill -0 $$server 2>/dev/null || { cat .prefect/server.log; exit 1; }; sleep 1; done; \
 	  health || { echo "Prefect server did not become healthy (see .prefect/server.log)"; exit 1; }; \
 	fi; \

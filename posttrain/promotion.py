@@ -185,19 +185,30 @@ def _fault(point: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(registry: Registry, timeout: float) -> Iterator[None]:
+def _locked(registry: Registry, timeout: float | None) -> Iterator[None]:
+    """Exclusive flock on <root>/promotion.lock.
+
+    ``timeout=None`` (the default everywhere) waits in the kernel, which wakes waiters when the
+    holder lets go; the lock is released by the kernel if its holder dies, and the critical section
+    is short (a digest and a few SQLite writes), so an unbounded wait cannot hang.  A number polls
+    instead, which is not fair: a poller can starve behind a process that promotes in a loop.
+    """
     path = registry.root / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LockTimeout(f"another promotion/rollback holds {path} (waited {timeout:.0f} s)") from None
-                time.sleep(0.02)
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(f"another promotion/rollback holds {path} "
+                                          f"(waited {timeout:.0f} s)") from None
+                    time.sleep(0.01)
         try:
             yield
         finally:
@@ -348,7 +359,7 @@ def _reconcile(registry: Registry) -> list[str]:
     return notes
 
 
-def reconcile(registry: Registry, *, timeout: float = 60.0) -> list[str]:
+def reconcile(registry: Registry, *, timeout: float | None = None) -> list[str]:
     """Repair what an interrupted move left behind; returns what was done (empty: all consistent)."""
     with _locked(registry, timeout):
         return _reconcile(registry)
@@ -398,7 +409,7 @@ def _checked(registry: Registry, version: str, force: bool, reason: str | None) 
 
 
 def promote(registry: Registry, version: str, *, reason: str | None = None, force: bool = False,
-            actor: str | None = None, timeout: float = 60.0) -> dict:
+            actor: str | None = None, timeout: float | None = None) -> dict:
     """Move ``production`` to ``version`` (a number, or a stage name meaning ``candidate-<stage>``).
 
     Refuses (:class:`PromotionRefused`) a version whose gate failed or is missing, that is tagged
@@ -420,7 +431,7 @@ def promote(registry: Registry, version: str, *, reason: str | None = None, forc
 
 def rollback(registry: Registry, *, to: str | None = None, reason: str | None = None,
              actor: str | None = None, force: bool = False, auto: bool = False,
-             timeout: float = 60.0) -> dict:
+             timeout: float | None = None) -> dict:
     """Move ``production`` back: to the version that served before the current one (history is
     a stack: rolling back twice goes two promotions back), or to the named version ``to``.
 

@@ -251,8 +251,19 @@ def test_concurrent_promotes_and_rollbacks_never_interleave(world, tmp_path):
     assert len(done) == len(set(done))                        # nothing duplicated
     assert sorted(done) == sorted(e["id"] for e in entries[1:])  # nothing lost
     assert len(done) >= 5                                     # real contention, mostly successful moves
+    owner = {i: w for w, r in enumerate(results) for i in r["done"]}
+    turns = [owner[e["id"]] for e in entries[1:]]
+    assert sum(a != b for a, b in zip(turns, turns[1:])) >= 1, turns  # the two processes took turns
     for r in results:  # refusals are clean "already production"/"no earlier" errors, never corruption
         assert all(re.search(r"already production|no earlier production version", m) for m in r["refused"]), r
+
+
+def test_lock_timeout_while_another_holds_it(world):
+    reg, _ = world
+    with promotion._locked(reg, None):  # a second open file description: conflicts like another process
+        with pytest.raises(promotion.LockTimeout, match="another promotion/rollback holds"):
+            promotion.promote(reg, "1", timeout=0.2)
+    assert promotion.promote(reg, "1")["to"] == "1"
 
 
 # ---------------------------------------------------------------------------------- crash safety
