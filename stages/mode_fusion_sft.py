@@ -21,7 +21,7 @@ from posttrain.trainers import numeric_log, resume_point, sft_args, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl, write_jsonl
 from posttrain.world.tasks import default_math_answer, instruction_mode
 
-STAGE_VERSION = "mode_fusion_sft/1"
+STAGE_VERSION = "mode_fusion_sft/2"
 
 
 def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
@@ -39,10 +39,16 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
     store = DatasetStore(Path(inputs.data_store), Path(inputs.dvc_remote) if inputs.dvc_remote else None)
     thinking_rows = read_jsonl(store.restore(thinking_ref), ("messages",))
 
-    # Non-thinking samples: the same kind of problems answered after an empty think block.
-    math_pool = pool_share(read_jsonl(world.file("math_train"), ("question", "answer", "language")), "mode_fusion")
+    # Non-thinking samples: the SAME problems as the thinking samples, answered after an empty think
+    # block. With paired prompts the `/think` / `/no_think` suffix is the only cue that separates the
+    # two modes, so the model has to learn to read it (unpaired, a tiny model keys on the question
+    # wording instead and falls into the wrong mode on unseen templates: measured on held-out sets).
+    math_rows = {p["id"]: p for p in read_jsonl(world.file("math_train"), ("id", "question", "answer", "language"))}
+    paired = [math_rows[r["id"]] for r in thinking_rows if r.get("id") in math_rows]
+    extra = pool_share(list(math_rows.values()), "mode_fusion")
+    no_think_math = list({p["id"]: p for p in paired + extra}.values())[:config.no_think_math]
     no_think_rows = [{"messages": conversation(p["question"], assemble_response("", default_math_answer(p["answer"], p["language"])), thinking=False),
-                      "source": "no_think_math"} for p in math_pool[:config.no_think_math]]
+                      "source": "no_think_math"} for p in no_think_math]
     direct = pool_share(read_jsonl(world.file("direct_train"), ("question", "answer")), "mode_fusion")
     no_think_rows += [{"messages": conversation(d["question"], assemble_response("", d["answer"]), thinking=False),
                        "source": "no_think_direct"} for d in direct[:config.no_think_direct]]
