@@ -187,10 +187,14 @@ def pipeline(
             tags = {**lineage, "stage": name, "parent_version": str(versions[current_name] or "base"),
                     "parent_digest": current.digest, "datasets": json.dumps(dataset_tags),
                     "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
-            run_id_mlflow = None if cached else registry.log_training(
-                name, cfg.stage(name).model_dump(mode="json"), result.train_log, tags)
-            version = registry.register(name, result.checkpoint, tags, run_id=run_id_mlflow)
-            registry.record_gate(version, verdict)
+            # A stage reused from the cache is already registered: one version per checkpoint.
+            version = next((v["version"] for v in registry.versions() if v["stage"] == name
+                            and v["tags"].get("digest") == result.checkpoint.digest), None)
+            if version is None:
+                run_id_mlflow = None if cached else registry.log_training(
+                    name, cfg.stage(name).model_dump(mode="json"), result.train_log, tags)
+                version = registry.register(name, result.checkpoint, tags, run_id=run_id_mlflow)
+                registry.record_gate(version, verdict)
         result.checkpoint.version = version
         entry.update({"status": "passed" if verdict.passed else "failed", "cached": cached,
                       "wall_s": time.time() - stage_started, "checkpoint": result.checkpoint.model_dump(),

@@ -81,6 +81,8 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
         version = registry.get(s["checkpoint"]["version"])
         assert version["tags"]["digest"] == s["checkpoint"]["digest"], s["name"]
     assert registry.get(registry.alias("candidate-distillation"))["stage"] == "distillation"
+    digests = [(v["stage"], v["tags"]["digest"]) for v in registry.versions()]
+    assert len(digests) == len(set(digests)), "a cached stage was registered twice"
 
     # produced datasets are DVC-tracked and restorable
     from posttrain.datasets import DatasetStore
