@@ -195,6 +195,8 @@ def pipeline(
                     name, cfg.stage(name).model_dump(mode="json"), result.train_log, tags)
                 version = registry.register(name, result.checkpoint, tags, run_id=run_id_mlflow)
                 registry.record_gate(version, verdict)
+            elif not verdict.passed and registry.get(version)["tags"].get("gate") != "failed":
+                registry.record_gate(version, verdict)  # a stricter gate rejects a known checkpoint
         result.checkpoint.version = version
         entry.update({"status": "passed" if verdict.passed else "failed", "cached": cached,
                       "wall_s": time.time() - stage_started, "checkpoint": result.checkpoint.model_dump(),
