@@ -61,6 +61,13 @@ def history_markdown(registry, entry: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _publish_move(registry, entry: dict) -> dict:
+    get_run_logger().info(f"production: {entry['from']} -> {entry['to']} ({entry['action']})")
+    create_markdown_artifact(key="production-history", markdown=history_markdown(registry, entry),
+                             description=f"{entry['action']} to version {entry['to']}")
+    return entry
+
+
 @flow(name="posttrain-promote", log_prints=False)
 def promote_flow(
     version: Annotated[str, Field(description="Version number, or a stage name (its candidate-<stage> alias)")],
@@ -72,11 +79,7 @@ def promote_flow(
     from posttrain import promotion
 
     _, registry = _open(config_path)
-    entry = promotion.promote(registry, version, reason=reason, force=force)
-    get_run_logger().info(f"production: {entry['from']} -> {entry['to']} ({entry['action']})")
-    create_markdown_artifact(key="production-history", markdown=history_markdown(registry, entry),
-                             description=f"{entry['action']} to version {entry['to']}")
-    return entry
+    return _publish_move(registry, promotion.promote(registry, version, reason=reason, force=force))
 
 
 @flow(name="posttrain-rollback", log_prints=False)
@@ -90,11 +93,7 @@ def rollback_flow(
     from posttrain import promotion
 
     _, registry = _open(config_path)
-    entry = promotion.rollback(registry, to=to, reason=reason, force=force)
-    get_run_logger().info(f"production: {entry['from']} -> {entry['to']} ({entry['action']})")
-    create_markdown_artifact(key="production-history", markdown=history_markdown(registry, entry),
-                             description=f"rollback to version {entry['to']}")
-    return entry
+    return _publish_move(registry, promotion.rollback(registry, to=to, reason=reason, force=force))
 
 
 @flow(name="posttrain-evaluate", log_prints=False)
