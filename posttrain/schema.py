@@ -6,8 +6,6 @@ result, so a resumed run can rebuild the chain from these records alone.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 
@@ -71,9 +69,6 @@ class StageResult(BaseModel):
     train_log: list[dict] = Field(default_factory=list)
     wall_s: float = 0.0
     verifier_versions: dict[str, str] = Field(default_factory=dict)
-
-
-StageStatus = Literal["passed", "failed", "skipped"]
 
 
 class StageInputs(BaseModel):

@@ -22,8 +22,3 @@ def language_share(text: str, target: str) -> float | None:
     if total == 0:
         return None
     return (cjk if target == "zh" else latin) / total
-
-
-def is_mixed(text: str) -> bool:
-    latin, cjk = word_counts(text)
-    return latin > 0 and cjk > 0

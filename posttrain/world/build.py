@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -113,9 +112,8 @@ def build_data(cfg: PipelineConfig) -> dict:
     }
     # The pretraining corpus draws from the same generators with the same seed; include it too.
     train_prompts = [r["question"] for rows in train.values() for r in rows]
-    from posttrain.world.corpus import build_corpus
-    corpus_questions = [doc.split("\n")[0].split("：", 1)[-1].removeprefix("Question: ")
-                        for doc in build_corpus(w.corpus, seed)]
+    from posttrain.world.corpus import build_corpus, document_question
+    corpus_questions = [document_question(doc) for doc in build_corpus(w.corpus, seed)]
     for name, rows in evals.items():
         tasks.check_no_overlap([r["question"] for r in rows], train_prompts + corpus_questions, what=f"in {name}")
     manifest = {}
@@ -198,10 +196,6 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
     if local.is_dir():
         return CheckpointRef(path=str(local.absolute()), digest=directory_digest(local))
     return CheckpointRef(path=location, digest=f"hub:{location}")
-
-
-def clean_world(cfg: PipelineConfig) -> None:
-    shutil.rmtree(cfg.path(cfg.paths.world), ignore_errors=True)
 
 
 # Each stage draws its training problems from its own share of a pool, so stages do not train on

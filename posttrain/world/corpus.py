@@ -38,6 +38,11 @@ def direct_document(d: tasks.DirectTask) -> str:
     return f"Question: {d.question}\nAnswer: {d.answer}"
 
 
+def document_question(document: str) -> str:
+    """The question a corpus document starts with (for the train/eval overlap check)."""
+    return document.split("\n", 1)[0].removeprefix("Question: ").removeprefix("问题：")
+
+
 def raw_prompt(question: str, language: str) -> str:
     """Prompt in corpus format, used to probe what the base model knows before any chat training."""
     return f"问题：{question}\n解答：" if language == "zh" else f"Question: {question}\nSolution: "
