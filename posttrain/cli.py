@@ -12,6 +12,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cmd_run(args) -> int:
+    from posttrain.config import load_config
+
+    load_config(args.config)  # a bad config fails here, naming the field, before any server starts
     from flows.pipeline import pipeline
 
     state = pipeline(config_path=str(Path(args.config).absolute()), stages=args.stages, seed=args.seed,

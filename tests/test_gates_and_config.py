@@ -75,3 +75,15 @@ def test_shipped_configs_validate():
     for name in ("default.yaml", "smoke.yaml"):
         cfg = load_config(ROOT / "configs" / name)
         assert cfg.stages.reasoning_rl.trainer.loss_type in ("grpo", "dr_grpo", "dapo", "bnpo")
+
+
+def test_cli_run_rejects_a_bad_config_before_starting_anything(tmp_path, capsys):
+    from posttrain.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages:\n  cold_start_sft:\n    examples: -3\n")
+    assert main(["run", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "stages.cold_start_sft.examples" in err and "bad.yaml" in err
+    assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
