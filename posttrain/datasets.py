@@ -311,3 +311,10 @@ __all__ = [
     "DEFAULT_ROOT",
     "DEFAULT_REMOTE",
 ]
+
+
+def store_for(inputs) -> DatasetStore:
+    """The data store a stage writes to, from its StageInputs (data_store, dvc_remote)."""
+    if not inputs.data_store:
+        raise ValueError("this stage produces a dataset but its inputs name no data_store")
+    return DatasetStore(Path(inputs.data_store), Path(inputs.dvc_remote) if inputs.dvc_remote else None)

@@ -14,7 +14,7 @@ from trl import SFTTrainer
 from posttrain.chat import conversation, user_turn
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import DistillationStageConfig
-from posttrain.datasets import DatasetStore
+from posttrain.datasets import store_for
 from posttrain.generation import generate, render_chat_prompts
 from posttrain.rewards import VERIFIER_VERSIONS
 from posttrain.rewards.format import format_ok
@@ -71,7 +71,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     del teacher
     data_file = work / "distillation_set.jsonl"
     write_jsonl(rows, data_file)
-    store = DatasetStore(Path(inputs.data_store), Path(inputs.dvc_remote) if inputs.dvc_remote else None)
+    store = store_for(inputs)
     produced = store.track(data_file, name=f"{work.parent.name}/distillation_set.jsonl", rows=len(rows))
 
     trainer = SFTTrainer(model=student, args=sft_args(config.sft, work / "trainer", inputs.seed),

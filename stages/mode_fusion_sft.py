@@ -15,7 +15,7 @@ from trl import SFTTrainer
 from posttrain.chat import assemble_response, conversation
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import ModeFusionSFTConfig
-from posttrain.datasets import DatasetStore
+from posttrain.datasets import store_for
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import numeric_log, resume_point, sft_args, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl, write_jsonl
@@ -36,7 +36,7 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
     thinking_ref = next((d for d in inputs.datasets if d.name.endswith("rejection_sampled.jsonl")), None)
     if thinking_ref is None:
         raise ValueError("mode_fusion_sft needs the rejection_sampling dataset; run stage rejection_sampling first")
-    store = DatasetStore(Path(inputs.data_store), Path(inputs.dvc_remote) if inputs.dvc_remote else None)
+    store = store_for(inputs)
     thinking_rows = read_jsonl(store.restore(thinking_ref), ("messages",))
 
     # Non-thinking samples: the SAME problems as the thinking samples, answered after an empty think

@@ -13,7 +13,7 @@ import torch
 from posttrain.chat import assemble_response, conversation, parse_response, user_turn
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import RejectionSamplingConfig
-from posttrain.datasets import DatasetStore
+from posttrain.datasets import store_for
 from posttrain.generation import generate, render_chat_prompts
 from posttrain.rewards import VERIFIER_VERSIONS
 from posttrain.rewards.format import format_ok
@@ -84,7 +84,7 @@ def run(config: RejectionSamplingConfig, inputs: StageInputs) -> StageResult:
 
     out_file = work / "rejection_sampled.jsonl"
     write_jsonl(rows, out_file)
-    store = DatasetStore(Path(inputs.data_store), Path(inputs.dvc_remote) if inputs.dvc_remote else None)
+    store = store_for(inputs)
     produced = store.track(out_file, name=f"{work.parent.name}/rejection_sampled.jsonl", rows=len(rows))
 
     total = len(problems) * config.samples_per_prompt

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from posttrain.chat import parse_response
 from posttrain.rewards.format import FORMAT_VERSION, format_ok
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION, code_execution
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
@@ -43,8 +44,6 @@ def format_reward(completions, **kwargs) -> list[float | None]:
 
 
 def language_consistency(completions, language, **kwargs) -> list[float | None]:
-    from posttrain.chat import parse_response
-
     out: list[float | None] = []
     for c, lang in zip(completions, language):
         reasoning = parse_response(completion_text(c)).reasoning
