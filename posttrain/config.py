@@ -170,9 +170,34 @@ class RewardSettings(Strict):
     overlong_cache: int = Field(32, ge=1)       # DAPO L_cache (L_max is max_completion_length)
 
 
+class ProblemSamplingConfig(Strict):
+    """How reasoning RL picks the next problems (posttrain.rl.ProblemSampler)."""
+
+    strategy: Literal["uniform", "prioritized"] = "uniform"
+    floor: float = Field(0.1, ge=0, le=1)          # share of probability spread evenly over all problems
+    prior_success: float = Field(0.5, ge=0, le=1)  # s_i of a problem not yet seen
+    curriculum: bool = False                       # easy -> hard by world level
+    curriculum_fraction: float = Field(0.5, gt=0, le=1)  # share of training until every level is open
+    drop_uniform_groups: bool = False              # DAPO: all-correct / all-wrong groups leave the loss
+
+
+class RLAlertsConfig(Strict):
+    """Health checks on every logged RL step (posttrain.rl.RLAlerts); NaN/inf loss or grad always alerts."""
+
+    action: Literal["warn", "fail"] = "warn"
+    kl_max: float | None = Field(None, gt=0)         # only meaningful with beta > 0
+    zero_reward_steps: int = Field(10, ge=1)         # consecutive logged steps with reward exactly 0
+    truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
+    uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
+
+
 class ReasoningRLConfig(Strict):
     prompts: int = Field(2000, ge=8)
     levels: list[int] = [1, 2, 3]
+    sampling: ProblemSamplingConfig = ProblemSamplingConfig()
+    alerts: RLAlertsConfig = RLAlertsConfig()
+    probe_every: int = Field(0, ge=0)    # held-out math probe every N steps (0: off)
+    probe_items: int = Field(100, ge=1)  # first N items of the held-out math suite
     rewards: RewardWeights = RewardWeights()
     reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig()
@@ -191,6 +216,7 @@ class RejectionSamplingConfig(Strict):
 
 
 class ModeFusionSFTConfig(Strict):
+    cold_start_replay: int = Field(0, ge=0)  # extra thinking rows replayed from the cold-start pool
     no_think_math: int = Field(300, ge=0)
     no_think_direct: int = Field(200, ge=0)
     instruction_examples: int = Field(150, ge=0)
@@ -204,6 +230,8 @@ class ModeFusionSFTConfig(Strict):
 class GeneralRLConfig(Strict):
     instruction_prompts: int = Field(1500, ge=1)
     math_prompts: int = Field(500, ge=0)
+    no_think_share: float = Field(0.3, ge=0, le=1)  # of the math prompts, asked with /no_think
+    alerts: RLAlertsConfig = RLAlertsConfig()
     rewards: RewardWeights = RewardWeights(correctness=1.0, format=0.1, instruction=1.0)
     reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig(max_steps=40)

@@ -48,6 +48,15 @@ def render_markdown(report: dict) -> str:
             mark = "✅" if c["passed"] else "❌"
             lines.append(f"- {mark} {c['name']}: {_fmt(c['value'])} (threshold {_fmt(c['threshold'])}) {c.get('detail', '')}")
         lines.append("")
+    flagged = [s for s in stages if s.get("alerts") or s.get("policies")]
+    if flagged:
+        lines += ["## RL policies and alerts", ""]
+        for s in flagged:
+            for key, value in (s.get("policies") or {}).items():
+                if value:
+                    lines.append(f"- {s['name']} {key.replace('_', ' ')}: {value}")
+            lines += [f"- ⚠️ {s['name']}: {alert}" for alert in s.get("alerts") or []]
+        lines.append("")
     lines += ["## Checkpoints", "", "| stage | version | digest | path |", "|---|---|---|---|"]
     for s in stages:
         ck = s.get("checkpoint") or {}
@@ -99,6 +108,42 @@ def plot_training(report: dict, out: Path) -> None:
     plt.close(fig)
 
 
+RL_PANELS = [
+    ("reward and held-out accuracy", ["reward", "rewards/correctness/mean", "heldout/math_accuracy"]),
+    ("entropy and KL to the reference", ["entropy", "kl"]),
+    ("completion length (tokens)", ["length/correct", "length/wrong"]),
+    ("groups", ["groups/all_correct", "groups/all_wrong", "groups/mixed"]),
+]
+
+
+def plot_rl(report: dict, out: Path) -> bool:
+    """One row per RL stage: the curves that say whether RL is learning or just drifting."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = [s for s in report["stages"] if any("reward" in row for row in s.get("train_log") or [])]
+    if not stages:
+        return False
+    fig, axes = plt.subplots(len(stages), len(RL_PANELS), figsize=(3.8 * len(RL_PANELS), 3.0 * len(stages)),
+                             squeeze=False)
+    for row_axes, s in zip(axes, stages):
+        for ax, (title, keys) in zip(row_axes, RL_PANELS):
+            for key in keys:
+                points = [(row["step"], row[key]) for row in s["train_log"] if key in row and "step" in row]
+                if points:
+                    ax.plot(*zip(*points), marker="o" if key.startswith("heldout") else None, markersize=3,
+                            label=key.replace("rewards/", "").replace("/mean", ""))
+            ax.set_title(f"{s['name']}: {title}", fontsize=9)
+            ax.set_xlabel("step")
+            if ax.lines:
+                ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def write_report(run_dir: Path, report: dict) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "report.json.tmp"
@@ -106,5 +151,6 @@ def write_report(run_dir: Path, report: dict) -> Path:
     os.replace(tmp, run_dir / "report.json")
     plot_capabilities(report, run_dir / "capabilities.png")
     plot_training(report, run_dir / "training.png")
-    (run_dir / "report.md").write_text(render_markdown(report))
+    has_rl = plot_rl(report, run_dir / "rl.png")
+    (run_dir / "report.md").write_text(render_markdown(report) + ("\n![RL curves](rl.png)\n" if has_rl else ""))
     return run_dir / "report.md"

@@ -69,6 +69,8 @@ class StageResult(BaseModel):
     train_log: list[dict] = Field(default_factory=list)
     wall_s: float = 0.0
     verifier_versions: dict[str, str] = Field(default_factory=dict)
+    policies: dict[str, str] = Field(default_factory=dict)  # RL: who generated rollouts, what the KL anchor is
+    alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.RLAlerts)
 
 
 class StageInputs(BaseModel):

@@ -29,7 +29,8 @@ def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int, *, assistant_on
     )
 
 
-def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float]):
+def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float], *,
+              stateful_sampler: bool = False):
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -42,6 +43,9 @@ def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weight
         mask_truncated_completions=cfg.mask_truncated_completions, reward_weights=reward_weights,
         warmup_steps=cfg.warmup_ratio, lr_scheduler_type="constant_with_warmup" if cfg.warmup_ratio else "constant",
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, top_k=0,
+        # A stateful sampler (posttrain.rl) restores itself on resume; replaying batches to skip them
+        # would re-draw problems the adaptive sampler has already moved past.
+        ignore_data_skip=stateful_sampler,
     )
 
 

@@ -14,12 +14,13 @@ from posttrain.chat import user_turn
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import GeneralRLConfig
 from posttrain.rewards import VERIFIER_VERSIONS, build_rewards
+from posttrain.rl import RLAlerts, policy_record
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import grpo_args, numeric_log, resume_point, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl
 from posttrain.world.tasks import instruction_mode
 
-STAGE_VERSION = "general_rl/1"
+STAGE_VERSION = "general_rl/2"
 
 
 def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
@@ -36,8 +37,11 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     rows = [{"prompt": [user_turn(t["question"], instruction_mode(t))], "kind": "instruction",
              "constraints": t["constraints"], "answer": t["answer"], "language": t["language"],
              "thinking": bool(t["thinking"])} for t in tasks]
-    rows += [{"prompt": [user_turn(p["question"], True)], "kind": "math", "constraints": "",
-              "answer": p["answer"], "language": p["language"], "thinking": True} for p in problems]
+    # Math in both modes: RL on thinking-only math erodes the /no_think switch learnt in mode fusion.
+    no_think = set(range(round(len(problems) * config.no_think_share)))
+    rows += [{"prompt": [user_turn(p["question"], i not in no_think)], "kind": "math", "constraints": "",
+              "answer": p["answer"], "language": p["language"], "thinking": i not in no_think}
+             for i, p in enumerate(problems)]
     random.Random(inputs.seed).shuffle(rows)
 
     reward_funcs, weights = build_rewards(
@@ -47,14 +51,18 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, train_dataset=Dataset.from_list(rows),
                           args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                           processing_class=tokenizer)
-    trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
+    alerts = RLAlerts(config.alerts)
+    trainer.add_callback(alerts)
+    checkpoint_dir = resume_point(work / "trainer")
+    trainer.train(resume_from_checkpoint=checkpoint_dir)
 
     log = numeric_log(trainer)
     checkpoint = save_checkpoint(trainer.model, tokenizer, work / "checkpoint")
     return StageResult(
         name="general_rl", checkpoint=checkpoint, parent=inputs.parent,
         datasets_consumed=[dataset_ref(instr_source), dataset_ref(math_source)], train_log=log,
-        verifier_versions=VERIFIER_VERSIONS,
+        verifier_versions=VERIFIER_VERSIONS, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
+        alerts=[a["message"] for a in alerts.fired],
         train_metrics={"instruction_prompts": len(tasks), "math_prompts": len(problems), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length"))},
         wall_s=time.time() - started,

@@ -21,7 +21,7 @@ from posttrain.trainers import numeric_log, resume_point, sft_args, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl, write_jsonl
 from posttrain.world.tasks import default_math_answer, instruction_mode
 
-STAGE_VERSION = "mode_fusion_sft/2"
+STAGE_VERSION = "mode_fusion_sft/3"
 
 
 def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
@@ -43,7 +43,15 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
     # block. With paired prompts the `/think` / `/no_think` suffix is the only cue that separates the
     # two modes, so the model has to learn to read it (unpaired, a tiny model keys on the question
     # wording instead and falls into the wrong mode on unseen templates: measured on held-out sets).
-    math_rows = {p["id"]: p for p in read_jsonl(world.file("math_train"), ("id", "question", "answer", "language"))}
+    math_rows = {p["id"]: p for p in read_jsonl(world.file("math_train"), ("id", "question", "answer", "language",
+                                                                             "reasoning"))}
+    # Replayed cold-start solutions keep thinking-mode math anchored while the no-think and
+    # instruction rows pull the policy elsewhere; the RS set alone is small and biased to easy items.
+    replay = pool_share(list(math_rows.values()), "cold_start")[:config.cold_start_replay]
+    thinking_rows = thinking_rows + [
+        {"messages": conversation(p["question"], assemble_response(
+            p["reasoning"], default_math_answer(p["answer"], p["language"])), thinking=True),
+         "source": "cold_start_replay"} for p in replay]
     paired = [math_rows[r["id"]] for r in thinking_rows if r.get("id") in math_rows]
     extra = pool_share(list(math_rows.values()), "mode_fusion")
     no_think_math = list({p["id"]: p for p in paired + extra}.values())[:config.no_think_math]

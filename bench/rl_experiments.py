@@ -1,0 +1,134 @@
+"""Reasoning-RL experiments of issue 4 on the embedded world: each arm (a set of stage-config
+overrides) trained from the same cold-start checkpoint with several seeds, then evaluated on the
+held-out suites. Mean and 95% CI over seeds (t distribution) per arm.
+
+    python bench/rl_experiments.py --parent runs/<run>/cold_start_sft/checkpoint \
+        --experiment gain --seeds 0 1 2
+
+Finished (arm, seed) runs are kept in bench/results/rl_experiments.json and skipped when the
+command is repeated, so a long grid can be filled in over several sessions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from posttrain.env import configure_offline
+
+configure_offline()
+
+from posttrain.checkpoint import directory_digest  # noqa: E402
+from posttrain.config import load_config  # noqa: E402
+from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+STORE = RESULTS / "rl_experiments.json"
+
+# experiment -> arm -> overrides inside stages.reasoning_rl
+EXPERIMENTS: dict[str, dict[str, dict]] = {
+    "gain": {"default": {}},
+    "loss_type": {"grpo": {"trainer.loss_type": "grpo"}, "dr_grpo": {"trainer.loss_type": "dr_grpo"}},
+    "language_reward": {"on": {"rewards.language_consistency": 0.2}, "off": {"rewards.language_consistency": 0.0}},
+    "length_reward": {"on": {"rewards.length": 0.2, "reward_settings.length_warmup_steps": 10},
+                      "off": {"rewards.length": 0.0}},
+}
+REPORTED = ["math_accuracy", "mixed_language_rate", "language_consistency", "mean_len_correct", "mean_len_wrong",
+            "format_rate", "truncation_rate"]
+
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the install).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% CI over seeds."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, float("nan"), float("nan")
+    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def wrong_length_slope(log: list[dict]) -> float | None:
+    """Least-squares slope of the mean wrong-completion length per step (tokens per step)."""
+    points = [(row["step"], row["length/wrong"]) for row in log if "length/wrong" in row and "step" in row]
+    if len(points) < 3:
+        return None
+    xs, ys = zip(*points)
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
+
+
+def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int, extra: dict) -> dict:
+    from stages import reasoning_rl
+
+    full = {f"stages.reasoning_rl.{k}": v for k, v in {**extra, **overrides}.items()}
+    cfg = load_config(config_path, overrides=full)
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = reasoning_rl.run(cfg.stage("reasoning_rl"), StageInputs(
+            work_dir=tmp, world_dir=str(cfg.path(cfg.paths.world)), parent=parent, seed=seed))
+        after = evaluate(result.checkpoint, cfg, desc=f"evaluating seed {seed}")
+    return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
+            "metrics": {k: after.metrics[k] for k in REPORTED},
+            "wrong_length_slope": wrong_length_slope(result.train_log),
+            "generated_tokens": sum(row.get("num_tokens", 0) for row in result.train_log[-1:])}
+
+
+def summarise(store: dict) -> str:
+    lines = ["# Reasoning-RL experiments (embedded world, held-out suites, mean and 95% CI over seeds)", ""]
+    for key, parent in store.get("parents", {}).items():
+        lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED))
+    for experiment, arms in store.get("runs", {}).items():
+        lines += ["", f"## {experiment}", "", "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope |",
+                  "|---|---|" + "---|" * (len(REPORTED) + 1)]
+        for arm, runs in arms.items():
+            cells = []
+            for key in REPORTED:
+                mean, low, high = t_interval([r["metrics"][key] for r in runs])
+                cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}")
+            slopes = [r["wrong_length_slope"] for r in runs if r["wrong_length_slope"] is not None]
+            slope = f"{statistics.fmean(slopes):+.3f}" if slopes else "–"
+            lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + f" | {slope} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default="configs/default.yaml")
+    parser.add_argument("--parent", required=True, type=Path)
+    parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--set", action="append", default=[], help="extra override for every arm, key=value")
+    args = parser.parse_args()
+    import yaml
+
+    extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    store = json.loads(STORE.read_text()) if STORE.exists() else {"parents": {}, "runs": {}}
+    parent = CheckpointRef(path=str(args.parent.absolute()), digest=directory_digest(args.parent))
+    parent_key = f"{args.parent} ({parent.digest[:12]})"
+    if parent_key not in store["parents"]:
+        store["parents"][parent_key] = evaluate(parent, load_config(args.config), desc="evaluating parent").metrics
+    for arm, overrides in EXPERIMENTS[args.experiment].items():
+        runs = store["runs"].setdefault(args.experiment, {}).setdefault(arm, [])
+        for seed in args.seeds:
+            if any(r["seed"] == seed and r.get("parent") == parent_key and r.get("extra") == extra for r in runs):
+                continue
+            record = run_arm(args.config, parent, overrides, seed, extra)
+            runs.append({**record, "parent": parent_key, "extra": extra})
+            RESULTS.mkdir(exist_ok=True)
+            STORE.write_text(json.dumps(store, indent=2))
+            (RESULTS / "rl_experiments.md").write_text(summarise(store))
+            print(f"{args.experiment}/{arm} seed {seed}: {json.dumps(record['metrics'])}")
+    (RESULTS / "rl_experiments.md").write_text(summarise(store))
+
+
+if __name__ == "__main__":
+    main()

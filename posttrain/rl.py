@@ -1,0 +1,354 @@
+"""What our RL stages add on top of TRL's GRPOTrainer: problem sampling driven by each problem's
+running success rate (curriculum, prioritized, DAPO-style dropping of uniform groups), the group
+statistics that say whether a batch carries any signal, and sampler state that survives a resume.
+
+The correctness reward writes outcomes into a `ProblemStats`; the sampler reads it when it draws
+the next batch of problems. Both live in one process, so no queue is needed.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch.utils.data import Sampler
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from posttrain.config import ProblemSamplingConfig, RLAlertsConfig
+from posttrain.rewards import completion_text
+from posttrain.rewards.math_verifier import verify_math
+
+SAMPLER_STATE = "problem_sampler.json"
+
+
+class ProblemStats:
+    """Running success rate s_i per problem (exponential moving average over its groups).
+
+    A problem not yet visited takes the running rate of its bucket (e.g. level and operation), so
+    a few hundred steps over thousands of problems still steer towards the kinds the policy fails."""
+
+    def __init__(self, buckets: list[str], *, prior: float = 0.5, decay: float = 0.5):
+        self.buckets = buckets
+        self.own = [prior] * len(buckets)
+        self.visits = [0] * len(buckets)
+        self.bucket_rate = {b: prior for b in buckets}
+        self.decay = decay
+        self.groups_scored = 0
+        self.last_batch: dict[str, float] = {}
+
+    def record(self, indices: list[int], correct: list[float], num_generations: int,
+               lengths: list[int], reasons: list[str]) -> None:
+        """One scored generation batch: consecutive runs of `num_generations` rows are one group."""
+        all_correct = all_wrong = mixed = 0
+        for start in range(0, len(indices), num_generations):
+            group = correct[start:start + num_generations]
+            index = indices[start]
+            rate = sum(group) / len(group)
+            first = self.visits[index] == 0
+            self.own[index] = rate if first else self.decay * self.own[index] + (1 - self.decay) * rate
+            bucket = self.buckets[index]
+            self.bucket_rate[bucket] = 0.9 * self.bucket_rate[bucket] + 0.1 * rate
+            self.visits[index] += 1
+            all_correct += rate == 1.0
+            all_wrong += rate == 0.0
+            mixed += 0.0 < rate < 1.0
+            self.groups_scored += 1
+        groups = max(1, all_correct + all_wrong + mixed)
+        right = [n for n, c in zip(lengths, correct) if c]
+        wrong = [n for n, c in zip(lengths, correct) if not c]
+        batch = {"groups/all_correct": all_correct / groups, "groups/all_wrong": all_wrong / groups,
+                 "groups/mixed": mixed / groups,
+                 "length/correct": sum(right) / len(right) if right else float("nan"),
+                 "length/wrong": sum(wrong) / len(wrong) if wrong else float("nan"),
+                 "tokens_per_correct": sum(lengths) / len(right) if right else float("nan")}
+        for reason in sorted(set(reasons)):
+            batch[f"verifier/{reason}"] = reasons.count(reason) / len(reasons)
+        self.last_batch = batch
+
+    @property
+    def success(self) -> list[float]:
+        return [own if visits else self.bucket_rate[bucket]
+                for own, visits, bucket in zip(self.own, self.visits, self.buckets)]
+
+    def state_dict(self) -> dict:
+        return {"own": self.own, "visits": self.visits, "bucket_rate": self.bucket_rate,
+                "groups_scored": self.groups_scored}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["own"]) != len(self.own):
+            raise ValueError(f"sampler state is for {len(state['own'])} problems, this stage has "
+                             f"{len(self.own)}: the stage's problem set changed since the checkpoint")
+        self.own, self.visits = list(state["own"]), list(state["visits"])
+        self.bucket_rate = dict(state["bucket_rate"])
+        self.groups_scored = state["groups_scored"]
+
+
+def tracked_correctness(stats: ProblemStats, num_generations: int):
+    """The correctness reward that also records each group's outcome for the sampler and logs the
+    group, length and verifier-reason statistics of the batch (through TRL's `log_metric`)."""
+
+    def correctness(completions, answer, problem_index, completion_ids=None, log_metric=None, **_):
+        verdicts = [verify_math(completion_text(c), a) for c, a in zip(completions, answer)]
+        rewards = [v.reward for v in verdicts]
+        lengths = [len(ids) for ids in completion_ids] if completion_ids else [0] * len(rewards)
+        stats.record(list(problem_index), rewards, num_generations, lengths, [v.reason for v in verdicts])
+        if log_metric is not None:
+            for key, value in stats.last_batch.items():
+                if not math.isnan(value):
+                    log_metric(key, value)
+        return rewards
+
+    return correctness
+
+
+class ProblemSampler(Sampler):
+    """Yields the index stream GRPOTrainer expects (each prompt `num_generations` times, each
+    generation batch `repeat_count` times), choosing prompts by the configured policy:
+
+    - uniform: a shuffled pass over the problems (TRL's RepeatSampler order);
+    - curriculum: only problems up to a difficulty that rises evenly with training progress;
+    - prioritized: P(i) = (1 - floor) * (1 - s_i) / sum_j (1 - s_j) + floor / N, so problems the
+      policy already solves are still revisited with probability at least floor / N;
+    - drop_uniform_groups also skips problems whose last group was all-correct or all-wrong with
+      probability 1 - floor (their group would carry zero advantage).
+    """
+
+    def __init__(self, difficulty: list[int], stats: ProblemStats, cfg: ProblemSamplingConfig, *,
+                 prompts_per_batch: int, num_generations: int, repeat_count: int, total_batches: int, seed: int):
+        self.difficulty = difficulty
+        self.stats = stats
+        self.cfg = cfg
+        self.prompts_per_batch = prompts_per_batch
+        self.num_generations = num_generations
+        self.repeat_count = repeat_count
+        self.total_batches = max(1, total_batches)
+        self.batches_drawn = 0
+        self.generator = torch.Generator().manual_seed(seed)
+        self._order: list[int] = []
+
+    def __len__(self) -> int:
+        batches = len(self.difficulty) // self.prompts_per_batch
+        return batches * self.prompts_per_batch * self.num_generations * self.repeat_count
+
+    def __iter__(self):
+        for _ in range(len(self.difficulty) // self.prompts_per_batch):
+            chunk = self.next_batch()
+            for _ in range(self.repeat_count):
+                for index in chunk:
+                    yield from [index] * self.num_generations
+
+    def eligible(self) -> list[int]:
+        if not self.cfg.curriculum:
+            return list(range(len(self.difficulty)))
+        levels = sorted(set(self.difficulty))
+        progress = min(1.0, self.batches_drawn / (self.total_batches * self.cfg.curriculum_fraction))
+        top = levels[min(len(levels) - 1, int(progress * len(levels)))]
+        return [i for i, d in enumerate(self.difficulty) if d <= top]
+
+    def weights(self, candidates: list[int]) -> torch.Tensor:
+        n = len(candidates)
+        success = self.stats.success
+        if self.cfg.strategy == "prioritized":
+            need = torch.tensor([1.0 - success[i] for i in candidates], dtype=torch.float64)
+            need = need / need.sum() if need.sum() > 0 else torch.full((n,), 1.0 / n, dtype=torch.float64)
+            weights = (1 - self.cfg.floor) * need + self.cfg.floor / n
+        else:
+            weights = torch.full((n,), 1.0 / n, dtype=torch.float64)
+        if self.cfg.drop_uniform_groups:
+            uniform = torch.tensor([self.stats.visits[i] > 0 and success[i] in (0.0, 1.0) for i in candidates])
+            weights = torch.where(uniform, weights * self.cfg.floor, weights)
+        return weights
+
+    def next_batch(self) -> list[int]:
+        candidates = self.eligible()
+        if self.cfg.strategy == "uniform" and not self.cfg.drop_uniform_groups:
+            chunk = self._uniform_batch(candidates)
+        else:
+            picks = torch.multinomial(self.weights(candidates), min(self.prompts_per_batch, len(candidates)),
+                                      replacement=False, generator=self.generator)
+            chunk = [candidates[i] for i in picks.tolist()]
+        self.batches_drawn += 1
+        return chunk
+
+    def _uniform_batch(self, candidates: list[int]) -> list[int]:
+        allowed = set(candidates)
+        self._order = [i for i in self._order if i in allowed]
+        if len(self._order) < self.prompts_per_batch:
+            perm = torch.randperm(len(candidates), generator=self.generator).tolist()
+            self._order += [candidates[i] for i in perm]
+        chunk, self._order = self._order[:self.prompts_per_batch], self._order[self.prompts_per_batch:]
+        return chunk
+
+    def state_dict(self) -> dict:
+        return {"batches_drawn": self.batches_drawn, "generator": self.generator.get_state().tolist(),
+                "order": self._order, "stats": self.stats.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches_drawn = state["batches_drawn"]
+        self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        self._order = list(state["order"])
+        self.stats.load_state_dict(state["stats"])
+
+
+class SamplerCheckpoint(TrainerCallback):
+    """Saves the sampler next to each trainer checkpoint so a resumed stage continues the same
+    adaptive schedule instead of replaying (and re-scoring) batches from step 0."""
+
+    def __init__(self, sampler_state):
+        self.sampler_state = sampler_state
+
+    def on_save(self, args, state, control, **kwargs):
+        target = Path(args.output_dir) / f"checkpoint-{state.global_step}" / SAMPLER_STATE
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.sampler_state()))
+        tmp.replace(target)
+
+
+class StageGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with our problem sampler, group statistics in its logs, and (optionally) groups
+    with zero reward variance removed from the loss (DAPO dynamic sampling without the refill)."""
+
+    def __init__(self, *args, sampling: ProblemSamplingConfig, difficulty: list[int], problem_stats: ProblemStats,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sampling = sampling
+        self.problem_stats = problem_stats
+        generation_batch = self.args.generation_batch_size // self.num_generations
+        total_batches = math.ceil(self.args.max_steps / self.args.steps_per_generation)
+        self.problem_sampler = ProblemSampler(
+            difficulty, self.problem_stats, sampling, prompts_per_batch=generation_batch,
+            num_generations=self.num_generations, repeat_count=self.num_iterations * self.args.steps_per_generation,
+            total_batches=total_batches, seed=self.args.seed)
+        self.add_callback(SamplerCheckpoint(self.problem_sampler.state_dict))
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._metrics["train"]["rollout/staleness"].append(float(self.state.global_step - self._rollout_step))
+        return loss
+
+    def _get_train_sampler(self, dataset=None) -> Sampler:
+        return self.problem_sampler
+
+    def restore_sampler(self, checkpoint_dir: str | None) -> bool:
+        if checkpoint_dir is None:
+            return False
+        path = Path(checkpoint_dir) / SAMPLER_STATE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: the trainer checkpoint was not written by this stage "
+                                    f"(delete {checkpoint_dir} to restart the stage from step 0)")
+        self.problem_sampler.load_state_dict(json.loads(path.read_text()))
+        return True
+
+    _rollout_step = 0
+
+    def _generate_and_score_completions(self, inputs):
+        # pi_old for this batch is the policy as of this optimizer step; with num_iterations > 1 the
+        # batch is reused for later steps, and `rollout/staleness` says how far behind it then is.
+        self._rollout_step = self.state.global_step
+        out = super()._generate_and_score_completions(inputs)
+        self._metrics["train"]["rollout/policy_step"].append(float(self._rollout_step))
+        for bucket, rate in sorted(self.problem_stats.bucket_rate.items()):
+            self._metrics["train"][f"sampler/success/{bucket}"].append(rate)
+        if self.sampling.drop_uniform_groups:
+            advantages = out["advantages"].view(-1, self.num_generations)
+            uniform = (advantages == 0).all(dim=1).repeat_interleave(self.num_generations)
+            out["completion_mask"] = out["completion_mask"] * (~uniform).unsqueeze(1).to(out["completion_mask"].dtype)
+            self._metrics["train"]["groups/dropped"].append(uniform.float().mean().item())
+        return out
+
+
+def policy_record(trainer_cfg, parent, resumed_from: str | None) -> dict[str, str]:
+    """Which policy generated the rollouts (pi_old) and which one anchors the KL term (pi_ref)."""
+    on_policy = trainer_cfg.num_iterations == 1
+    return {
+        "rollout_policy": "current policy at each step (on-policy)" if on_policy else
+        f"policy at the step of generation, reused for {trainer_cfg.num_iterations} updates "
+        f"(see rollout/staleness in the log)",
+        "reference_policy": f"{parent.path} (digest {parent.digest[:12]}), frozen for the stage"
+        if trainer_cfg.beta > 0 else "none: beta = 0, no KL term",
+        "resumed_from": resumed_from or "",
+    }
+
+
+class TrainingAlert(RuntimeError):
+    """An RL health check failed and the stage is configured to stop on it."""
+
+
+class RLAlerts(TrainerCallback):
+    """Health checks on every logged step. Each alert is recorded once per kind (with the step it
+    first fired), and with `action: fail` the stage stops with the message instead of training on."""
+
+    def __init__(self, cfg: RLAlertsConfig, log=print):
+        self.cfg = cfg
+        self.log = log
+        self.fired: list[dict] = []
+        self.zero_reward_run = 0
+
+    def check(self, step: int, logs: dict) -> list[tuple[str, str]]:
+        """(kind, message) for each check that fails on this logged step."""
+        found = []
+        for key in ("loss", "grad_norm"):
+            if key in logs and not math.isfinite(float(logs[key])):
+                found.append(("non_finite", f"{key} is {logs[key]} at step {step}: training diverged"))
+        kl = logs.get("kl")
+        if kl is not None and self.cfg.kl_max is not None and kl > self.cfg.kl_max:
+            found.append(("kl", f"KL to the reference {kl:.4f} > alerts.kl_max {self.cfg.kl_max} at step {step}"))
+        if "reward" in logs:
+            self.zero_reward_run = self.zero_reward_run + 1 if logs["reward"] == 0 else 0
+            if self.zero_reward_run >= self.cfg.zero_reward_steps:
+                found.append(("zero_reward", f"reward has been 0 for {self.zero_reward_run} logged steps (to step "
+                              f"{step}): no completion earns any reward; check the prompt format and "
+                              f"max_completion_length"))
+        truncated = logs.get("completions/clipped_ratio")
+        if truncated is not None and truncated > self.cfg.truncation_max:
+            found.append(("truncation", f"truncation rate {truncated:.2f} > alerts.truncation_max "
+                          f"{self.cfg.truncation_max} at step {step}: raise max_completion_length or add "
+                          f"the overlong reward"))
+        uniform = logs.get("frac_reward_zero_std")
+        if uniform is not None and uniform > self.cfg.uniform_groups_max:
+            found.append(("uniform_groups", f"{uniform:.0%} of groups have identical rewards (> "
+                          f"alerts.uniform_groups_max {self.cfg.uniform_groups_max:.0%}) at step {step}: little "
+                          f"signal; consider prioritized sampling, harder problems or a higher temperature"))
+        return found
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for kind, message in self.check(state.global_step, logs or {}):
+            if self.cfg.action == "fail" or kind == "non_finite":
+                raise TrainingAlert(message)
+            if kind not in {a["kind"] for a in self.fired}:
+                self.fired.append({"kind": kind, "step": state.global_step, "message": message})
+                self.log(f"RL alert: {message}")
+
+
+class HeldOutProbe(TrainerCallback):
+    """Greedy pass@1 on a fixed slice of the held-out math suite every `every` steps, written into
+    the trainer's log history (and so into its checkpoints and the report's RL plot). Monitoring
+    only: nothing is selected on it, so the gate's evaluation stays unbiased."""
+
+    def __init__(self, tokenizer, problems: list[dict], *, every: int, max_new_tokens: int):
+        from posttrain.chat import user_turn
+        from posttrain.generation import render_chat_prompts
+
+        self.tokenizer = tokenizer
+        self.answers = [p["answer"] for p in problems]
+        self.prompts = render_chat_prompts(tokenizer, [[user_turn(p["question"], True)] for p in problems])
+        self.every = every
+        self.max_new_tokens = max_new_tokens
+
+    def score(self, model) -> float:
+        from posttrain.generation import generate
+
+        outputs = generate(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens,
+                           desc="held-out probe")
+        return sum(verify_math(o[0].text, a).reward for o, a in zip(outputs, self.answers)) / len(self.answers)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0 and self.prompts:
+            state.log_history.append({"step": 0, "heldout/math_accuracy": self.score(model)})
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.prompts and (state.global_step % self.every == 0 or state.global_step == state.max_steps):
+            state.log_history.append({"step": state.global_step, "heldout/math_accuracy": self.score(model)})
