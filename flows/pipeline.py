@@ -26,6 +26,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.runtime import flow_run  # noqa: E402
 
+from posttrain.attempts import finish_attempt, start_attempt  # noqa: E402
 from posttrain.checkpoint import is_intact  # noqa: E402
 from posttrain.config import STAGES, PipelineConfig, StageName, config_hash, load_config  # noqa: E402
 from posttrain.gates import judge  # noqa: E402
@@ -35,6 +36,10 @@ from posttrain.schema import CheckpointRef, EvalResult, StageInputs, StageResult
 from posttrain.world.build import base_checkpoint, ensure_world, WorldPaths, EVAL_FILES, file_md5  # noqa: E402
 
 FAIL_STAGE_ENV = "POSTTRAIN_FAIL_STAGE"  # fault injection for tests: fail this stage before it runs
+# Test-only, "<stage>:<seconds>": sleep after the stage's work, before its result is returned (and so
+# persisted and registered), so a kill -9 can be aimed inside a stage that takes a second on the smoke
+# config (tests/test_fault_tolerance.py).
+PAUSE_STAGE_ENV = "POSTTRAIN_PAUSE_IN_STAGE"
 
 
 class GateFailed(RuntimeError):
@@ -69,8 +74,17 @@ def _world_version(cfg: PipelineConfig) -> dict:
 def run_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> StageResult:
     if os.environ.get(FAIL_STAGE_ENV) == name:
         raise RuntimeError(f"injected failure in stage {name} ({FAIL_STAGE_ENV} is set)")
+    work_dir = Path(inputs.work_dir)
+    key = stage_cache_key(None, {"name": name, "config": config, "inputs": inputs})
+    for adopted in start_attempt(work_dir, key):  # in-stage checkpoints of a killed run (posttrain/attempts.py)
+        get_run_logger().info(f"{name}: continuing from {adopted.name} of an interrupted run with the same inputs")
     module = importlib.import_module(f"stages.{name}")
-    return module.run(config.stage(name), inputs)
+    result = module.run(config.stage(name), inputs)
+    pause_stage, _, seconds = os.environ.get(PAUSE_STAGE_ENV, "").partition(":")
+    if pause_stage == name:
+        time.sleep(float(seconds))
+    finish_attempt(work_dir)
+    return result
 
 
 @task(name="evaluate", cache_key_fn=eval_cache_key, persist_result=True, result_serializer="json",
@@ -195,13 +209,18 @@ def pipeline(
                     name, cfg.stage(name).model_dump(mode="json"), result.train_log, tags)
                 version = registry.register(name, result.checkpoint, tags, run_id=run_id_mlflow)
                 registry.record_gate(version, verdict)
-            elif not verdict.passed and registry.get(version)["tags"].get("gate") != "failed":
-                registry.record_gate(version, verdict)  # a stricter gate rejects a known checkpoint
+            else:
+                recorded = registry.get(version)["tags"].get("gate")
+                # None: the process died between register and record_gate; a stricter gate rejects a
+                # known checkpoint. (A passed verdict never overrides a failed one: record_gate refuses.)
+                if recorded is None or (not verdict.passed and recorded != "failed"):
+                    registry.record_gate(version, verdict)
         result.checkpoint.version = version
         entry.update({"status": "passed" if verdict.passed else "failed", "cached": cached,
                       "wall_s": time.time() - stage_started, "checkpoint": result.checkpoint.model_dump(),
                       "gate": verdict.model_dump(), "eval": evaluation.metrics,
                       "train_metrics": result.train_metrics, "train_log": result.train_log,
+                      "policies": result.policies, "alerts": result.alerts,
                       "datasets": [d.model_dump() for d in result.datasets_produced]})
         report["wall_s"] = time.time() - started
         write_report(run_dir, report)

@@ -8,7 +8,9 @@ Deployments (flow name / deployment name):
     posttrain-pipeline/pipeline   the whole chain (flows.pipeline.pipeline)
     posttrain-promote/promote     move the production alias (posttrain.promotion.promote)
     posttrain-rollback/rollback   move it back (posttrain.promotion.rollback)
-    posttrain-evaluate/evaluate   evaluate a registered version against production
+    posttrain-evaluate/evaluate   evaluate a registered version against production; with
+                                  auto_rollback, judge a new production against the previous one
+                                  and roll back on a significant regression (posttrain.promotion)
 
 Promote and rollback record ``flow-run:<id>`` as the actor in the production history and publish
 the history as a markdown artifact (key ``production-history``); evaluate publishes a table
@@ -100,22 +102,28 @@ def rollback_flow(
 def evaluate_flow(
     version: Annotated[str, Field(description="Version number, stage name (its candidate) or alias")],
     compare: Annotated[bool, Field(description="Also evaluate production and compare item by item")] = True,
+    auto_rollback: Annotated[bool, Field(description=(
+        "After a promotion: compare production (VERSION must be it) with the previous production and "
+        "roll back if any capability is significantly worse (paired CI); the reason is recorded"))] = False,
     config_path: ConfigPath = "configs/default.yaml",
 ) -> dict:
-    """Evaluate a registered version on the held-out suites; paired comparison with production."""
+    """Evaluate a registered version on the held-out suites; paired comparison with production
+    (or, with auto_rollback, with the previous production, rolling back on a significant regression)."""
     from posttrain import promotion
 
     cfg, registry = _open(config_path)
-    out = promotion.evaluate_version(registry, cfg, version, against_production=compare)
+    out = promotion.evaluate_version(registry, cfg, version, against_production=compare, auto_rollback=auto_rollback)
     if out["comparison"] is not None:
-        table = [{"metric": r["metric"], f"v{out['version']}": r["new"], f"production v{out['production']}": r["old"],
+        table = [{"metric": r["metric"], f"v{out['version']}": r["new"], f"v{out['against']}": r["old"],
                   "diff": r["diff"], "ci_low": r["low"], "ci_high": r["high"], "paired": r["verdict"]}
                  for r in out["comparison"]]
-        description = f"version {out['version']} vs production {out['production']}"
+        description = f"version {out['version']} vs {out['against']}"
     else:
         table = [{"metric": k, f"v{out['version']}": v} for k, v in out["metrics"].items()]
         description = f"version {out['version']}"
     create_table_artifact(key="evaluation", table=table, description=description)
+    if out["rollback"] is not None:
+        _publish_move(registry, out["rollback"])
     return out
 
 

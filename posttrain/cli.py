@@ -223,15 +223,18 @@ def _cmd_evaluate(args) -> int:
 
     cfg = _config(args)
     reg = _registry(cfg)
-    out = promotion.evaluate_version(reg, cfg, args.version, against_production=not args.no_compare)
+    out = promotion.evaluate_version(reg, cfg, args.version, against_production=not args.no_compare,
+                                     auto_rollback=args.auto_rollback)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    v, prod, comparison = out["version"], out["production"], out["comparison"]
+    v, prod, against, comparison = out["version"], out["production"], out["against"], out["comparison"]
     if comparison is None:
         rows = [[k, _fmt(val)] for k, val in out["metrics"].items()]
         print(_table(rows, ["metric", f"v{v}"]))
-        if prod == v:
+        if args.auto_rollback:
+            print(f"(no earlier production version to compare v{v} with: nothing to roll back to)")
+        elif prod == v:
             print(f"(v{v} is production)")
         elif prod is None and not args.no_compare:
             print("(no production version to compare with)")
@@ -240,7 +243,12 @@ def _cmd_evaluate(args) -> int:
              "–" if r["diff"] is None else f"{r['diff']:+.3f}",
              "–" if r["low"] is None else f"[{r['low']:+.3f}, {r['high']:+.3f}]", r["verdict"]]
             for r in comparison]
-    print(_table(rows, ["metric", f"v{v}", f"production v{prod}", "diff", f"{cfg.evaluation.confidence:.0%} CI", "paired"]))
+    label = f"previous production v{against}" if args.auto_rollback else f"production v{against}"
+    print(_table(rows, ["metric", f"v{v}", label, "diff", f"{cfg.evaluation.confidence:.0%} CI", "paired"]))
+    if out["rollback"] is not None:
+        _print_entry(out["rollback"])
+    elif args.auto_rollback:
+        print(f"no capability significantly worse than v{against}: v{v} stays production")
     return 0
 
 
@@ -390,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = op("evaluate", "evaluate a version on the held-out suites and compare it to production", _cmd_evaluate)
     ev.add_argument("version", help="version number, stage name (its candidate) or alias")
     ev.add_argument("--no-compare", action="store_true", help="do not evaluate production for comparison")
+    ev.add_argument("--auto-rollback", action="store_true",
+                    help="VERSION must be production: compare it with the previous production and roll back "
+                         "if any capability is significantly worse (paired CI); the reason is recorded")
     ev.add_argument("--json", action="store_true")
     resume = op("resume", "retry a failed flow run (as the UI's Retry), reusing finished stages", _cmd_resume)
     resume.add_argument("flow_run", help="flow run id (or unique name)")

@@ -431,13 +431,15 @@ def promote(registry: Registry, version: str, *, reason: str | None = None, forc
 
 def rollback(registry: Registry, *, to: str | None = None, reason: str | None = None,
              actor: str | None = None, force: bool = False, auto: bool = False,
-             timeout: float | None = None) -> dict:
+             if_production: str | None = None, timeout: float | None = None) -> dict:
     """Move ``production`` back: to the version that served before the current one (history is
     a stack: rolling back twice goes two promotions back), or to the named version ``to``.
 
     The target goes through the same checks as :func:`promote` (a rollback onto a checkpoint that
     was altered since would serve something nobody evaluated); ``force`` with a reason overrides.
     ``auto=True`` records the move as ``auto-rollback`` (monitoring, not a person).
+    ``if_production``: only if that version is still production (checked under the lock), so a
+    decision taken on an evaluation never undoes a promotion made while it ran.
     """
     with _locked(registry, timeout):
         _reconcile(registry)
@@ -445,6 +447,9 @@ def rollback(registry: Registry, *, to: str | None = None, reason: str | None = 
         current = entries[-1]["to"] if entries else None
         if current is None:
             raise PromotionError(f"{registry.model_name} has no production version to roll back")
+        if if_production is not None and current != if_production:
+            raise PromotionError(f"production moved from {if_production} to {current} meanwhile; "
+                                 f"not rolling back (evaluate {current} again)")
         if to is None:
             stack = _stack(entries)
             if len(stack) < 2:
@@ -471,10 +476,16 @@ def checkpoint_ref(registry: Registry, version: str):
                          num_parameters=int(mv["tags"]["num_parameters"]) if mv["tags"].get("num_parameters") else None)
 
 
+# Capabilities where a higher value is worse (posttrain.evaluation); all other paired metrics are
+# shares of items done right.
+LOWER_IS_BETTER = frozenset({"truncation_rate"})
+
+
 def compare(new, old, confidence: float = 0.95) -> list[dict]:
     """Per metric of two EvalResults on the same items: values and, where per-item outcomes exist,
     the paired difference new - old with its confidence interval (posttrain.gates.paired_interval).
-    ``verdict``: "better" / "worse" when the interval excludes 0, else "same"."""
+    ``verdict``: "better" / "worse" when the interval excludes 0 (in the metric's good direction,
+    see LOWER_IS_BETTER), else "same"."""
     from posttrain.gates import paired_interval
 
     rows = []
@@ -484,39 +495,70 @@ def compare(new, old, confidence: float = 0.95) -> list[dict]:
         a, b = new.per_item.get(metric), old.per_item.get(metric)
         if a and b and len(a) == len(b):
             mean, low, high = paired_interval(a, b, confidence)
-            row.update(diff=mean, low=low, high=high,
-                       verdict="better" if low > 0 else "worse" if high < 0 else "same")
+            up, down = ("worse", "better") if metric in LOWER_IS_BETTER else ("better", "worse")
+            row.update(diff=mean, low=low, high=high, verdict=up if low > 0 else down if high < 0 else "same")
         elif row["old"] is not None:
             row["diff"] = value - row["old"]
         rows.append(row)
     return rows
 
 
-def evaluate_version(registry: Registry, cfg, version: str, *, against_production: bool = True) -> dict:
-    """Evaluate a registered version on the held-out suites (posttrain.evaluation.evaluate) and,
-    when another version is production, compare the two item by item.
+def regression_reason(version: str, against: str, regressed: list[dict], confidence: float) -> str:
+    """The history reason of an auto-rollback: each regressed capability with both values and the
+    paired confidence interval of the difference."""
+    parts = [f"{r['metric']} {r['new']:.3f} vs {r['old']:.3f} (diff {r['diff']:+.3f}, "
+             f"{confidence:.0%} CI [{r['low']:+.3f}, {r['high']:+.3f}])" for r in regressed]
+    return f"v{version} significantly worse than v{against} on " + "; ".join(parts)
 
-    Returns ``{"version", "metrics", "production", "comparison"}`` (``comparison``: rows of
-    :func:`compare`, or None).  Refuses a checkpoint that is missing or altered since registration.
+
+def evaluate_version(registry: Registry, cfg, version: str, *, against_production: bool = True,
+                     auto_rollback: bool = False) -> dict:
+    """Evaluate a registered version on the held-out suites (posttrain.evaluation.evaluate) and
+    compare it item by item with ``against``: the production version (when another version is
+    production), or, with ``auto_rollback``, the production before it.
+
+    ``auto_rollback`` (after a promotion): ``version`` must be production; if it is significantly
+    worse than the previous production on any paired capability (:func:`compare` verdict "worse"),
+    production is rolled back to that version, recorded as ``auto-rollback`` with
+    :func:`regression_reason`, and only if nobody moved production while the evaluation ran.
+
+    Returns ``{"version", "metrics", "production", "against", "comparison", "regressions",
+    "rollback"}`` (``comparison``: rows of :func:`compare` or None; ``regressions``: its "worse"
+    rows; ``rollback``: the committed history entry or None).  Refuses a checkpoint that is
+    missing or altered since registration.
     """
     from posttrain import evaluation
     from posttrain.checkpoint import is_intact
 
     version = resolve_version(registry, version)
+    prod = current_production(registry)
+    if auto_rollback:
+        if not against_production:
+            raise PromotionError("auto-rollback needs the comparison with the previous production")
+        if prod != version:
+            raise PromotionError(f"auto-rollback judges the production version; {version} is not production "
+                                 f"({prod or 'none'} is)")
+        against = previous_production(registry)
+    else:
+        against = prod if against_production and prod != version else None
     ref = checkpoint_ref(registry, version)
     if not is_intact(ref):
         raise PromotionError(f"checkpoint of version {version} ({ref.path}) is missing or altered since it "
                              "was registered; cannot evaluate what was registered")
     result = evaluation.evaluate(ref, cfg, desc=f"evaluating version {version}")
-    prod = current_production(registry) if against_production else None
-    comparison = None
-    if prod and prod != version:
-        prod_ref = checkpoint_ref(registry, prod)
-        if not is_intact(prod_ref):
-            raise PromotionError(f"production version {prod} ({prod_ref.path}) is missing or altered")
-        prod_result = evaluation.evaluate(prod_ref, cfg, desc=f"evaluating production {prod}")
-        comparison = compare(result, prod_result, cfg.evaluation.confidence)
-    return {"version": version, "metrics": result.metrics, "production": prod, "comparison": comparison}
+    comparison, regressed, entry = None, [], None
+    if against:
+        against_ref = checkpoint_ref(registry, against)
+        if not is_intact(against_ref):
+            raise PromotionError(f"version {against} ({against_ref.path}) to compare with is missing or altered")
+        against_result = evaluation.evaluate(against_ref, cfg, desc=f"evaluating version {against}")
+        comparison = compare(result, against_result, cfg.evaluation.confidence)
+        regressed = [r for r in comparison if r["verdict"] == "worse"]
+    if auto_rollback and regressed:
+        entry = rollback(registry, to=against, auto=True, if_production=version,
+                         reason=regression_reason(version, against, regressed, cfg.evaluation.confidence))
+    return {"version": version, "metrics": result.metrics, "production": prod, "against": against,
+            "comparison": comparison, "regressions": regressed, "rollback": entry}
 
 
 # -- lineage --------------------------------------------------------------------------------------
@@ -587,5 +629,6 @@ def _json(value: str | None, default: Any) -> Any:
 __all__ = [
     "PRODUCTION_ALIAS", "ACTIONS", "PromotionError", "PromotionRefused", "LockTimeout", "SimulatedCrash",
     "promote", "rollback", "history", "current_production", "previous_production", "reconcile",
-    "lineage", "check_promotable", "checkpoint_ref", "compare", "evaluate_version", "resolve_version", "default_actor", "history_path", "intent_path",
+    "lineage", "check_promotable", "checkpoint_ref", "compare", "evaluate_version", "regression_reason",
+    "LOWER_IS_BETTER", "resolve_version", "default_actor", "history_path", "intent_path",
 ]

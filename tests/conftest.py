@@ -9,6 +9,21 @@ ROOT = Path(__file__).resolve().parent.parent
 configure_offline()
 
 
+def write_smoke_config(root: Path, **stage_trainer: dict) -> Path:
+    """configs/smoke.yaml as a project of its own under ``root`` (world, runs, registry, data store
+    all inside it); ``stage_trainer``: per stage, trainer settings to override."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    cfg["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
+                    "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
+    for stage, trainer in stage_trainer.items():
+        cfg["stages"][stage]["trainer"].update(trainer)
+    path = root / "smoke.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 @pytest.fixture(scope="session")
 def tokenizer(tmp_path_factory):
     from posttrain.world.tokenizer import build_tokenizer

@@ -1,0 +1,279 @@
+"""kill -9 of the pipeline process inside every stage, then relaunch: on the smoke config, with
+`posttrain run` as a subprocess against a temporary Prefect server (its own database) and the
+project's persisted results, registry and data store shared by all launches.
+
+The kills are chained to keep CI time down: launch j is killed inside stage j (a random moment
+after the stage's attempt marker appears, bounded by the test-only pause POSTTRAIN_PAUSE_IN_STAGE so
+that it lands before the stage returns), so launch j+1 reuses stages < j-1 from the cache, recomputes
+the killed stage j-1 and is killed inside stage j; the last launch completes.  Reasoning RL is killed
+right after its first in-stage trainer checkpoint, and the relaunch must continue from that
+checkpoint, not from step 0.
+
+Set POSTTRAIN_FAULT_SEED to replay other kill moments (the seed is printed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, write_smoke_config
+from test_deployments import _free_port, _stop, _wait_healthy
+
+pytestmark = pytest.mark.timeout(1200)
+
+STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft", "general_rl", "distillation")
+SEED = int(os.environ.get("POSTTRAIN_FAULT_SEED", "20261129"))
+PAUSE_S = 3.0      # test-only sleep after a stage's work (flows/pipeline.py PAUSE_STAGE_ENV)
+KILL_WINDOW_S = 2.4  # kill at U(0, KILL_WINDOW_S) after the attempt marker: < PAUSE_S, so inside the stage
+RL_STEPS = 4       # reasoning RL steps (save_steps 1): the kill after checkpoint-1 lands mid-training
+SENTINEL = "fault_test_sentinel"
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """A temporary `prefect server start`: one per module, so a launch does not pay for its own."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    env.pop("PREFECT_API_URL", None)
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                               "--port", str(port), "--analytics-off"], env=env, cwd=ROOT,
+                              stdout=open(home / "server.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(url, server)
+        yield url, home
+    finally:
+        _stop(server)
+
+
+@pytest.fixture
+def project(tmp_path):
+    write_smoke_config(tmp_path, reasoning_rl={"max_steps": RL_STEPS})
+    return tmp_path
+
+
+def _launch(project: Path, server, pause_stage: str | None, log: Path) -> subprocess.Popen:
+    url, home = server
+    env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    env.pop("POSTTRAIN_FAIL_STAGE", None)
+    env.pop("POSTTRAIN_PAUSE_IN_STAGE", None)
+    if pause_stage:
+        env["POSTTRAIN_PAUSE_IN_STAGE"] = f"{pause_stage}:{PAUSE_S}"
+    # Own session: the kill reaches the whole process group, as a machine losing the job would.
+    return subprocess.Popen([sys.executable, "-m", "posttrain.cli", "run", "--config", str(project / "smoke.yaml")],
+                            cwd=ROOT, env=env, start_new_session=True, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-4000:]
+
+
+def _wait_for(condition, proc: subprocess.Popen, log: Path, what: str, timeout: float = 600, poll: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise AssertionError(f"launch exited ({proc.returncode}) before {what}:\n{_tail(log)}")
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}:\n{_tail(log)}")
+
+
+def _new_attempt(project: Path, stage: str, known: set[Path]):
+    for marker in (project / "runs").glob(f"*/{stage}/attempt.json"):
+        if marker.parent not in known:
+            return marker.parent
+    return None
+
+
+def _complete_steps(trainer_dir: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in trainer_dir.glob("checkpoint-*")
+                  if (p / "trainer_state.json").is_file())
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _report(run_dir: Path) -> dict | None:
+    path = run_dir / "report.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _entries(report: dict | None) -> dict[str, dict]:
+    return {s["name"]: s for s in (report or {}).get("stages", [])}
+
+
+def _assert_registry_consistent(project: Path) -> list[dict]:
+    """One version per checkpoint digest; every version's checkpoint intact; every version was
+    registered by a run whose report lists that stage, passed, with that digest (a stage killed
+    before it returned is never registered, whatever it left on disk)."""
+    from posttrain.checkpoint import is_intact
+    from posttrain.registry import Registry
+    from posttrain.schema import CheckpointRef
+
+    registry = Registry(project / "runs" / "registry", model_name="posttrain-smoke")
+    versions = registry.versions()
+    digests = [v["tags"]["digest"] for v in versions]
+    assert len(digests) == len(set(digests)), f"a checkpoint was registered twice: {digests}"
+    for v in versions:
+        assert is_intact(CheckpointRef(path=v["source"], digest=v["tags"]["digest"])), v
+        assert v["tags"].get("gate") == "passed", v  # smoke gates have no targets: every gate passes
+        entry = _entries(_report(project / "runs" / v["tags"]["flow_run"])).get(v["stage"])
+        assert entry and entry["status"] == "passed", f"version {v['version']} has no finished stage behind it"
+        assert entry["checkpoint"]["digest"] == v["tags"]["digest"]
+    return versions
+
+
+def test_kill_inside_every_stage_then_relaunch(project, prefect_server, tmp_path):
+    rng = random.Random(SEED)
+    print(f"\nfault-injection seed {SEED} (POSTTRAIN_FAULT_SEED)")
+    killed: dict[str, Path] = {}          # stage -> work dir of the attempt that was killed
+    known: dict[str, set[Path]] = {s: set() for s in STAGES}
+    rl_resume_step = None
+    for j, stage in enumerate(STAGES):
+        log = tmp_path / f"launch{j}.log"
+        started = time.monotonic()
+        proc = _launch(project, prefect_server, stage, log)
+        try:
+            work = _wait_for(lambda: _new_attempt(project, stage, known[stage]), proc, log, f"{stage} to start")
+            stage_started = time.monotonic()
+            known[stage].add(work)
+            if stage == "reasoning_rl":  # the first complete in-stage checkpoint, then a little later
+                _wait_for(lambda: _complete_steps(work / "trainer"), proc, log, "reasoning_rl's checkpoint-1")
+                delay = rng.uniform(0, 0.1)
+            else:
+                delay = rng.uniform(0, KILL_WINDOW_S)
+            time.sleep(delay)
+        finally:
+            if proc.poll() is None:
+                _kill(proc)
+        into = time.monotonic() - stage_started
+        assert proc.returncode == -signal.SIGKILL, f"launch {j} ended on its own:\n{_tail(log)}"
+        marker = json.loads((work / "attempt.json").read_text())
+        assert marker["finished"] is None, f"the kill landed after {stage} returned"
+        where = "after its work (result not yet persisted)" if (work / "checkpoint").exists() else "during its work"
+        print(f"launch {j}: killed {into:.2f} s into {stage} (random delay {delay:.2f} s), {where}; "
+              f"launch took {time.monotonic() - started:.0f} s")
+        killed[stage] = work
+
+        run_dir = work.parent
+        entries = _entries(_report(run_dir))
+        assert stage not in entries, f"{stage} ended ({entries[stage]['status']}) in the killed run:\n{_tail(log)}"
+        for earlier in STAGES[:j]:  # every earlier stage is reused; the one killed last time is recomputed
+            assert entries[earlier]["status"] == "passed", (earlier, entries[earlier])
+            assert entries[earlier]["cached"] is (earlier != STAGES[j - 1]), (j, earlier)
+        if j >= 1:
+            assert run_dir != killed[STAGES[j - 1]].parent  # a relaunch is a new flow run
+        _assert_registry_consistent(project)
+
+        if stage == "reasoning_rl":
+            # Plant a sentinel in the newest complete checkpoint's log: only a trainer that resumes
+            # from that checkpoint (loading its trainer_state.json) carries it into its own log.
+            steps = _complete_steps(work / "trainer")
+            rl_resume_step = steps[-1]
+            assert 1 <= rl_resume_step < RL_STEPS, f"killed too late to resume mid-training: {steps}"
+            state_file = work / "trainer" / f"checkpoint-{rl_resume_step}" / "trainer_state.json"
+            state = json.loads(state_file.read_text())
+            logged = [e for e in state["log_history"] if e.get("step") == rl_resume_step]
+            assert logged, state["log_history"]
+            logged[-1][SENTINEL] = 4242.0
+            state_file.write_text(json.dumps(state, indent=2))
+        if j >= 1 and STAGES[j - 1] == "reasoning_rl":
+            rl = entries["reasoning_rl"]
+            sentinel_steps = [e["step"] for e in rl["train_log"] if e.get(SENTINEL) == 4242.0]
+            assert sentinel_steps == [rl_resume_step], "reasoning_rl restarted instead of resuming its checkpoint"
+            trained = [e["step"] for e in rl["train_log"] if "loss" in e]
+            assert trained == list(range(1, RL_STEPS + 1)), trained  # each step once: none redone, none skipped
+            final_state = json.loads((Path(rl["checkpoint"]["path"]).parent / "trainer" / f"checkpoint-{RL_STEPS}"
+                                      / "trainer_state.json").read_text())
+            assert final_state["global_step"] == RL_STEPS
+            assert any(e.get(SENTINEL) == 4242.0 for e in final_state["log_history"])
+
+    # Before the last launch: simulate a kill between registering a checkpoint and recording its gate
+    # (a window of milliseconds the random kills cannot aim at): the relaunch must record the gate.
+    from posttrain.registry import Registry
+
+    registry = Registry(project / "runs" / "registry", model_name="posttrain-smoke")
+    half = next(v for v in registry.versions() if v["stage"] == "cold_start_sft")
+    registry.client.delete_model_version_tag(registry.model_name, half["version"], "gate")
+    registry.client.delete_registered_model_alias(registry.model_name, "candidate-cold_start_sft")
+
+    log = tmp_path / "launch-final.log"
+    proc = _launch(project, prefect_server, None, log)
+    try:
+        proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+    assert proc.returncode == 0, _tail(log)
+    newest = max((project / "runs").glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+    final = _entries(_report(newest.parent))
+    assert [n for n in final] == ["base", *STAGES]
+    assert all(s["status"] == "passed" for s in final.values()), final
+    assert {n: s["cached"] for n, s in final.items()} == {"base": True, **{n: n != "distillation" for n in STAGES}}
+
+    versions = _assert_registry_consistent(project)
+    assert registry.get(half["version"])["tags"]["gate"] == "passed"
+    assert registry.alias("candidate-cold_start_sft") == half["version"]
+    chain = {s["checkpoint"]["digest"] for n, s in final.items() if n != "base"}
+    chain.discard(final["base"]["checkpoint"]["digest"])
+    assert {v["tags"]["digest"] for v in versions} == chain  # exactly the final chain, nothing else
+
+
+# ---------------------------------------------------------------------------------- stage attempts
+# posttrain/attempts.py on fake trainer folders: what a relaunch adopts, and what it never does.
+
+
+def _fake_checkpoint(trainer_dir: Path, step: int, complete: bool = True) -> Path:
+    ckpt = trainer_dir / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(bytes([step]) * 32)
+    if complete:  # HF writes trainer_state.json last: without it the save was cut off
+        (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    return ckpt
+
+
+def test_a_relaunch_adopts_the_newest_complete_checkpoint_of_an_interrupted_attempt(tmp_path):
+    from posttrain.attempts import finish_attempt, read_attempt, start_attempt
+
+    runs = tmp_path / "runs"
+    killed = runs / "run-a" / "reasoning_rl"
+    assert start_attempt(killed, "key-1") == []
+    _fake_checkpoint(killed / "trainer", 2)
+    _fake_checkpoint(killed / "trainer", 3, complete=False)   # killed while saving step 3
+    other_inputs = runs / "run-b" / "reasoning_rl"
+    start_attempt(other_inputs, "key-2")
+    _fake_checkpoint(other_inputs / "trainer", 5)               # newer, but other inputs
+    done = runs / "run-c" / "reasoning_rl"
+    start_attempt(done, "key-1")
+    _fake_checkpoint(done / "trainer", 4)
+    finish_attempt(done)                                        # finished: its result is cached, not a source
+
+    relaunch = runs / "run-d" / "reasoning_rl"
+    adopted = start_attempt(relaunch, "key-1")
+    assert adopted == [relaunch / "trainer" / "checkpoint-2"]
+    assert (adopted[0] / "model.safetensors").read_bytes() == bytes([2]) * 32
+    assert read_attempt(relaunch)["key"] == "key-1" and read_attempt(relaunch)["finished"] is None
+    assert read_attempt(done)["finished"] is not None
+    assert sorted(p.name for p in (relaunch / "trainer").iterdir()) == ["checkpoint-2"]  # no temp copy left
+
+    # A retry of the same flow run keeps its own checkpoints and drops the one cut off mid-save.
+    _fake_checkpoint(relaunch / "trainer", 3, complete=False)
+    (relaunch / "trainer" / ".checkpoint-2.tmp-0123abcd").mkdir()  # an adoption copy cut off by a kill
+    assert start_attempt(relaunch, "key-1") == []
+    assert sorted(p.name for p in (relaunch / "trainer").iterdir()) == ["checkpoint-2"]
+    # The killed attempt's own files are never touched by others.
+    assert sorted(p.name for p in (killed / "trainer").iterdir()) == ["checkpoint-2", "checkpoint-3"]
