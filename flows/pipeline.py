@@ -24,12 +24,14 @@ configure_offline(PROJECT_ROOT)
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.context import FlowRunContext  # noqa: E402
 from prefect.runtime import flow_run  # noqa: E402
 
 from posttrain.attempts import finish_attempt, start_attempt  # noqa: E402
 from posttrain.checkpoint import is_intact  # noqa: E402
 from posttrain.config import STAGES, PipelineConfig, StageName, config_hash, load_config  # noqa: E402
 from posttrain.gates import judge  # noqa: E402
+from posttrain.liveness import running_process  # noqa: E402
 from posttrain.registry import Registry  # noqa: E402
 from posttrain.report import write_report  # noqa: E402
 from posttrain.schema import CheckpointRef, EvalResult, StageInputs, StageResult  # noqa: E402
@@ -144,17 +146,32 @@ def pipeline(
     started = time.time()
     cfg = load_config(config_path if Path(config_path).is_absolute() else PROJECT_ROOT / config_path,
                       overrides={"seed": seed} if seed is not None else None)
-    logger = get_run_logger()
     run_id = str(flow_run.get_id() or f"local-{int(started)}")
     run_dir = cfg.path(cfg.paths.runs) / run_id
+    # A kill -9 leaves the flow run RUNNING on the API forever: recording which process runs this
+    # attempt lets `posttrain resume` and `posttrain status` tell a dead run from a live one.
+    with running_process(run_dir, attempt=_running_state_id()):
+        return _run_chain(cfg, str(config_path), run_id, run_dir, set(stages or STAGES), force, on_gate_failure,
+                          started)
+
+
+def _running_state_id() -> str | None:
+    """Id of the RUNNING state this process holds (the engine keeps the API's id on it)."""
+    context = FlowRunContext.get()
+    state = context.flow_run.state if context and context.flow_run else None
+    return str(state.id) if state is not None and state.is_running() else None
+
+
+def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path, selected: set[str], force: bool,
+               on_gate_failure: str, started: float) -> dict:
+    logger = get_run_logger()
     storage = cfg.path(cfg.paths.runs) / "prefect-results"
     ensure_world(cfg, log=logger.info)
 
     registry = Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
     lineage = {"flow_run": run_id, "config_hash": config_hash(cfg), "code_revision": _code_revision(),
                "seed": str(cfg.seed)}
-    report = {"run_id": run_id, "config": str(config_path), "wall_s": 0.0, "stages": []}
-    selected = set(stages or STAGES)
+    report = {"run_id": run_id, "config": config_path, "wall_s": 0.0, "stages": []}
 
     base = base_checkpoint(cfg, "teacher")
     base_eval, base_cached = _call(evaluate_checkpoint, force, storage, checkpoint=base, config=cfg, label="base")

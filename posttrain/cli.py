@@ -96,29 +96,57 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _run_outcome(report: dict, record) -> str:
+    """passed / FAILED at <stage> from the report; running / crashed (process gone) while the process
+    record (posttrain.liveness) says the flow function has not returned."""
+    from posttrain import liveness
+
+    failed = [s["name"] for s in report.get("stages", []) if s.get("status") == "failed"]
+    if record is not None and record.ended is None:
+        alive = liveness.is_alive(record.process)
+        where = record.process.describe()
+        state = ("crashed (process gone)" if alive is False else f"running ({where})" if alive
+                 else f"running? ({where}; that process cannot be checked from here)")
+        return state + (f", FAILED at {failed[0]}" if failed else "")
+    if failed:
+        return f"FAILED at {failed[0]}"
+    if record is not None and record.error:  # failed outside any stage (world, registry, ...)
+        return f"FAILED ({record.error.splitlines()[0][:200]})"
+    return "passed"
+
+
 def _cmd_status(args) -> int:
     import json
+
+    from posttrain import liveness
 
     cfg = _config(args)
     runs = cfg.path(cfg.paths.runs)
     if args.run_id:
-        path = runs / args.run_id / "report.json"
-        if not path.is_file():
-            raise CLIError(f"no report for run {args.run_id} ({path} does not exist)")
+        run_dir = runs / args.run_id
+        if not (run_dir / "report.json").is_file() and liveness.read_record(run_dir) is None:
+            raise CLIError(f"no report for run {args.run_id} ({run_dir / 'report.json'} does not exist)")
     else:
-        reports = sorted(runs.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
-        if not reports:
+        # A run killed before its first stage finished has a process record but no report yet.
+        found = [*runs.glob("*/report.json"), *runs.glob(f"*/{liveness.RECORD_FILE}")]
+        if not found:
             raise CLIError(f"no runs under {runs} yet (posttrain run --config {args.config})")
-        path = reports[-1]
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CLIError(f"cannot read {path}: {exc}") from None
+        run_dir = max(found, key=lambda p: p.stat().st_mtime).parent
+    path, record = run_dir / "report.json", liveness.read_record(run_dir)
+    report = {"run_id": run_dir.name, "stages": []}
+    if path.is_file():
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CLIError(f"cannot read {path}: {exc}") from None
     stages = report.get("stages", [])
-    failed = [s["name"] for s in stages if s.get("status") == "failed"]
-    overall = f"FAILED at {failed[0]}" if failed else "passed"
+    overall = _run_outcome(report, record)
     print(f"run {report.get('run_id')}: {overall}  (wall {report.get('wall_s', 0):.0f} s, "
           f"config {report.get('config', '')})")
+    if overall.startswith("crashed"):
+        print(f"  {record.process.describe()} ended without finishing the run (killed?): "
+              f"`posttrain resume {run_dir.name}` continues it, `posttrain run` starts a new run; "
+              "either reuses the finished stages")
     rows = []
     for s in stages:
         gate = s.get("gate")
@@ -139,7 +167,7 @@ def _cmd_status(args) -> int:
         reg = _registry(cfg)
         prod = promotion.current_production(reg)
         print(f"production: {prod or '(none)'}" + (f" ({reg.get(prod)['stage']})" if prod else ""))
-    print(f"report: {path.with_suffix('.md')}")
+    print(f"report: {path.with_suffix('.md')}" if path.is_file() else f"report: none yet (run folder {run_dir})")
     return 0
 
 
@@ -278,10 +306,71 @@ def _deployment_served(client, deployment_id) -> tuple[bool, str]:
     return bool(fresh and status == "READY"), f"deployment {dep.name!r}"
 
 
+def _run_dir(run) -> Path:
+    """The run folder of a pipeline flow run: <runs of its config_path parameter>/<flow run id>."""
+    from posttrain.config import ConfigError, load_config
+
+    config_path = (run.parameters or {}).get("config_path")
+    if not config_path:
+        raise CLIError(f"flow run {run.id} ({run.name}) has no config_path parameter: no run folder, hence no "
+                       "process record to tell whether its process is gone")
+    path = Path(config_path) if Path(config_path).is_absolute() else PROJECT_ROOT / config_path
+    try:
+        cfg = load_config(path)
+    except (ConfigError, OSError) as exc:
+        raise CLIError(f"cannot locate the run folder of flow run {run.id}: its config {path}: {exc}") from None
+    return cfg.path(cfg.paths.runs) / str(run.id)
+
+
+def _crash_if_process_gone(client, run) -> None:
+    """kill -9 of the process that runs a flow (the OOM killer, a lost machine) leaves its flow run
+    RUNNING on the API forever: nothing is left to report the end.  Set such a run Crashed, saying why,
+    when the process its attempt recorded (posttrain.liveness) is provably gone, so that it resumes
+    like any crashed run; otherwise raise a CLIError that says what is known."""
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId, TaskRunFilterState, \
+        TaskRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    from posttrain import liveness
+
+    what = f"flow run {run.id} ({run.name}) is {run.state.type.value}"
+    if run.state.is_pending():
+        raise CLIError(f"{what}: the process that set it has not started the flow, so no process record names it "
+                       "and whether it is gone cannot be told; if it is, set the run Crashed in the UI and resume")
+    run_dir = _run_dir(run)
+    where = run_dir / liveness.RECORD_FILE
+    record = liveness.read_record(run_dir)
+    if record is None:
+        raise CLIError(f"{what} and left no process record ({where} is missing or unreadable): cannot tell "
+                       "whether its process is gone")
+    if record.attempt != str(run.state.id):  # the record of an earlier attempt says nothing about this one
+        raise CLIError(f"{what}, but {where} is the record of an earlier attempt (state {record.attempt}, not "
+                       f"{run.state.id}): cannot tell whether the current attempt's process is gone")
+    process = record.process
+    alive = liveness.is_alive(process)
+    if alive is None:
+        raise CLIError(f"{what} in {process.describe()}, which cannot be checked from this host: check it there")
+    if alive:
+        raise CLIError(f"{what} and its process is alive: {process.describe()}, running it since {record.started}; "
+                       f"let it finish, or stop it (kill {process.pid}) and resume again")
+    message = (f"{process.describe()}, which ran this attempt since {record.started}, is gone without reporting "
+               "an end (killed?); marked Crashed by posttrain resume")
+    client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+    # Its task runs (the stage it was in) were left RUNNING too: the UI would show them in progress forever.
+    left = client.read_task_runs(task_run_filter=TaskRunFilter(
+        flow_run_id=TaskRunFilterFlowRunId(any_=[run.id]),
+        state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))))
+    for task_run in left:
+        client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+    print(f"flow run {run.id} ({run.name}): {message}")
+
+
 def _cmd_resume(args) -> int:
     """What the UI's Retry button and `prefect flow-run retry` do: move the terminal (failed) run to
     AwaitingRetry; a served deployment's runner then picks it up, otherwise it runs here, under the
-    same flow run id, reusing cached stages."""
+    same flow run id, reusing cached stages.  A RUNNING run whose process was killed is first set
+    Crashed (_crash_if_process_gone)."""
     import importlib
     from uuid import UUID
 
@@ -309,9 +398,12 @@ def _cmd_resume(args) -> int:
         if state == "COMPLETED":
             raise CLIError(f"flow run {run.id} ({run.name}) already completed; nothing to resume "
                            "(start a new run: finished stages are reused from the cache)")
+        if state in ("RUNNING", "PENDING"):  # refused unless its process is provably gone
+            _crash_if_process_gone(client, run)
+            state = "CRASHED"
         if state not in RESUMABLE:
             raise CLIError(f"flow run {run.id} ({run.name}) is {state}; only FAILED, CRASHED or CANCELLED runs "
-                           "can be resumed")
+                           "(or RUNNING ones whose process is gone) can be resumed")
         flow_name = client.read_flow(run.flow_id).name
         served, where = (False, "")
         if run.deployment_id:
@@ -402,7 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="VERSION must be production: compare it with the previous production and roll back "
                          "if any capability is significantly worse (paired CI); the reason is recorded")
     ev.add_argument("--json", action="store_true")
-    resume = op("resume", "retry a failed flow run (as the UI's Retry), reusing finished stages", _cmd_resume)
+    resume = op("resume", "retry a failed flow run (as the UI's Retry), or a running one whose process is gone, "
+                          "reusing finished stages", _cmd_resume)
     resume.add_argument("flow_run", help="flow run id (or unique name)")
     return parser
 

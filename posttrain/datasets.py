@@ -6,7 +6,8 @@ a local directory (default: ``dvc-remote`` next to the store, i.e. ``runs/dvc-re
 
     <root>/
       .git/ .dvc/ .dvcignore .gitignore
-      .lock                          fcntl lock around every mutation (git-ignored)
+      .lock                          fcntl lock around every git/DVC call (git-ignored); a lock file a
+                                     killed call left in .git or .dvc/tmp is removed under it
       datasets/<name>                the data (git-ignored by DVC)
       datasets/<name>.dvc            committed to the store's git history
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -49,6 +51,7 @@ from posttrain.schema import DatasetRef  # noqa: E402
 # `import dvc` installs stdout/stderr handlers on the "dvc" logger at INFO ("Initialized DVC
 # repository.", "To track the changes with git, run: ..."); keep only its warnings and errors.
 logging.getLogger("dvc").setLevel(logging.WARNING)
+logger = logging.getLogger(__name__)
 
 DATA_DIR = "datasets"
 REMOTE_NAME = "store"
@@ -221,9 +224,36 @@ class DatasetStore:
         with open(self.root / ".lock", "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
+                self._clear_stale_locks()
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _clear_stale_locks(self) -> None:
+        """Remove the lock files of a git or DVC call that was killed in the store (kill -9 of a run).
+
+        Call with <root>/.lock held.  Every git and DVC call on the store is made by this class under
+        that lock, so a lock file seen while holding it has no live owner.  Left alone, such a file
+        blocks every later run: git's ``index.lock`` (git add/commit, and DVC's autostage through
+        dulwich) fails the next ``dvc add`` with ``FileLocked`` and the next ``git add`` with "Unable
+        to create '.git/index.lock': File exists"; a ref or config ``.lock`` fails commits and config
+        writes the same way.  DVC's ``.dvc/tmp/rwlock`` lists its holders by pid: DVC drops dead pids
+        itself, but one whose pid now names another live process blocks ``dvc add`` ("is busy, it is
+        being blocked by").  DVC's repo lock ``.dvc/tmp/lock`` needs nothing: it is an flock
+        (zc.lockfile), released by the kernel when its holder dies, so a leftover file blocks nobody.
+        """
+        git = self.root / ".git"
+        stale = [p for p in (git / "index.lock", git / "HEAD.lock", git / "config.lock", git / "packed-refs.lock")
+                 if p.exists()]
+        stale += sorted((git / "refs").rglob("*.lock"))
+        rwlock = self.root / ".dvc" / "tmp" / "rwlock"
+        if rwlock.exists() and not _rwlock_is_empty(rwlock):
+            stale.append(rwlock)
+        for path in stale:
+            path.unlink(missing_ok=True)
+            logger.warning(f"data store {self.root}: removed {path.relative_to(self.root)}, left by a git/DVC "
+                           "call that was killed (no process holds it: every call on the store runs under "
+                           f"{self.root / '.lock'}, held now)")
 
     def _git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         # Drop GIT_DIR & co. so a caller running inside another repo's hook can't redirect us.
@@ -261,6 +291,14 @@ def _quiet() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"_NoneStep\.value", category=DeprecationWarning)
         yield
+
+
+def _rwlock_is_empty(path: Path) -> bool:
+    try:
+        holders = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # cut off mid-write: DVC refuses it as well (RWLockFileCorruptedError)
+    return isinstance(holders, dict) and not any(holders.get(mode) for mode in ("read", "write"))
 
 
 def _in_cache(cache, hash_info) -> bool:

@@ -1,7 +1,8 @@
 """`posttrain status | promote | rollback | history | lineage | evaluate | resume`, called in-process.
 
 Registry and reports are fakes in tmp_path (see test_promotion); `evaluate` gets a stand-in for the
-model evaluation; `resume` retries a small failing flow on a temporary Prefect server.
+model evaluation; `resume` retries a small failing flow on a temporary Prefect server, and a RUNNING
+one only once the process its record names is gone (posttrain/liveness.py).
 """
 from __future__ import annotations
 
@@ -76,6 +77,34 @@ def test_status(project, capsys):
     code, out, _ = run(capsys, "status", "run-a", "--config", cfg)
     assert code == 0 and out.startswith("run run-a: passed")
     _one_line_error(*run(capsys, "status", "nope", "--config", cfg)[::2], r"no report for run nope")
+
+
+def test_status_tells_a_killed_run_from_a_running_one(project, capsys):
+    import subprocess
+
+    from posttrain import liveness
+
+    cfg, runs = project["config"], project["root"] / "runs"
+    child = subprocess.Popen(["sleep", "60"])
+    gone = liveness.identify(child.pid)
+    child.kill()
+    child.wait()
+    record = liveness.RunProcess(process=gone, attempt="s", started="2026-11-29T00:00:00+00:00")
+    (runs / "run-b" / liveness.RECORD_FILE).write_text(record.model_dump_json())
+    code, out, _ = run(capsys, "status", "run-b", "--config", cfg)
+    assert code == 0 and out.startswith("run run-b: crashed (process gone), FAILED at mode_fusion_sft"), out
+    assert f"pid {child.pid} on {gone.host} ended without finishing the run" in out and "posttrain resume run-b" in out
+
+    alive = record.model_copy(update={"process": liveness.this_process()})
+    (runs / "run-b" / liveness.RECORD_FILE).write_text(alive.model_dump_json())
+    code, out, _ = run(capsys, "status", "run-b", "--config", cfg)
+    assert out.startswith(f"run run-b: running (pid {os.getpid()} on ")
+
+    # Ended with an error outside any stage: the report alone would say passed.
+    failed = record.model_copy(update={"ended": "2026-11-29T00:01:00+00:00", "error": "RuntimeError: registry down"})
+    (runs / "run-a" / liveness.RECORD_FILE).write_text(failed.model_dump_json())
+    code, out, _ = run(capsys, "status", "run-a", "--config", cfg)
+    assert out.startswith("run run-a: FAILED (RuntimeError: registry down)"), out
 
 
 def test_promote_rollback_history(project, capsys):
@@ -245,3 +274,54 @@ def test_operation_flows_record_their_flow_run_and_publish_artifacts(harness, pr
     latest = max((a for a in arts if a.key == "production-history"), key=lambda a: a.created)
     assert "**rollback**: 2 → **1**" in latest.data
     assert [d.name for d in deployments()] == ["pipeline", "promote", "rollback", "evaluate"]
+
+
+@flow(name="ops-killed")
+def killed(config_path: str) -> str:
+    """Stands in for a pipeline run whose process was killed: it has a run folder (config_path)."""
+    return "ok"
+
+
+def test_resume_of_a_running_run_needs_its_process_provably_gone(harness, project, capsys, monkeypatch):
+    import subprocess
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Pending, Running
+
+    from posttrain import liveness
+
+    monkeypatch.setitem(cli.FLOW_ENTRYPOINTS, "ops-killed", "test_cli_ops:killed")
+    cfg = project["config"]
+    with get_client(sync_client=True) as client:
+        running = client.create_flow_run(killed, parameters={"config_path": cfg}, state=Running())
+        pending = client.create_flow_run(killed, parameters={"config_path": cfg}, state=Pending())
+    run_dir = project["root"] / "runs" / str(running.id)
+
+    def record(process, attempt):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / liveness.RECORD_FILE).write_text(liveness.RunProcess(
+            process=process, attempt=attempt, started="2026-11-29T00:00:00+00:00").model_dump_json())
+
+    _one_line_error(*run(capsys, "resume", str(running.id), "--config", cfg)[::2],
+                    r"is RUNNING and left no process record \(.*process.json is missing")
+    _one_line_error(*run(capsys, "resume", str(pending.id), "--config", cfg)[::2],
+                    r"is PENDING: the process that set it has not started the flow")
+    record(liveness.this_process(), str(running.state.id))
+    _one_line_error(*run(capsys, "resume", str(running.id), "--config", cfg)[::2],
+                    rf"its process is alive: pid {os.getpid()} on .*kill {os.getpid()}")
+    child = subprocess.Popen(["sleep", "60"])
+    gone = liveness.identify(child.pid)
+    child.kill()
+    child.wait()
+    record(gone, "an-earlier-running-state")
+    _one_line_error(*run(capsys, "resume", str(running.id), "--config", cfg)[::2],
+                    r"is the record of an earlier attempt")
+
+    record(gone, str(running.state.id))
+    code, out, err = run(capsys, "resume", str(running.id), "--config", cfg)
+    assert code == 0, err
+    assert f"pid {child.pid} on " in out and "marked Crashed" in out and f"flow run {running.id} completed" in out
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(running.id).state.is_completed()
+        names = [s.name for s in client.read_flow_run_states(running.id)]
+    assert names.index("Running") < names.index("Crashed") < names.index("AwaitingRetry") < names.index("Completed")

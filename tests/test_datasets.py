@@ -225,3 +225,55 @@ def test_concurrent_track_from_two_processes(tmp_path):
         (root / ref.path).unlink()
         assert _md5(store.restore(ref)) == ref.md5
         assert _remote_object(store, ref.md5).exists()
+
+
+# ---------------------------------------------------------------------------------- stale locks
+# A run killed during `dvc add` / `git commit` in the store leaves their lock files behind.
+
+
+def test_a_killed_calls_stale_git_lock_is_removed_and_the_next_track_works(store, tmp_path, monkeypatch, caplog):
+    first = store.track(_write_jsonl(tmp_path / "a.jsonl", rows=20), "a.jsonl")
+    index_lock = store.root / ".git" / "index.lock"
+    index_lock.write_text("")  # what a kill -9 during `git add`/`git commit` (or DVC's autostage) leaves
+    refused = subprocess.run(["git", "add", "-A"], cwd=store.root, capture_output=True, text=True)
+    assert refused.returncode != 0 and "index.lock': File exists" in refused.stderr  # git alone: blocked
+
+    # Without the clean-up every later track fails: DVC's autostage cannot take the index lock.
+    from dulwich.file import FileLocked
+
+    monkeypatch.setattr(DatasetStore, "_clear_stale_locks", lambda self: None)
+    with pytest.raises(FileLocked):
+        store.track(_write_jsonl(tmp_path / "b.jsonl", rows=20, seed=1), "b.jsonl")
+    monkeypatch.undo()
+
+    with caplog.at_level("WARNING", logger="posttrain.datasets"):
+        ref = store.track(_write_jsonl(tmp_path / "b.jsonl", rows=20, seed=2), "b.jsonl")
+    assert not index_lock.exists()
+    assert any("removed .git/index.lock" in r.getMessage() for r in caplog.records), caplog.text
+    assert f"track b.jsonl md5={ref.md5}" in _git(store.root, "log", "--format=%s")
+    assert _git(store.root, "status", "--porcelain") == ""
+    (store.root / first.path).unlink()
+    assert _md5(store.restore(first)) == first.md5
+
+
+def test_a_stale_dvc_rwlock_entry_is_removed_but_dvcs_flock_file_is_left(store, tmp_path, monkeypatch):
+    store.track(_write_jsonl(tmp_path / "a.jsonl", rows=20), "a.jsonl")
+    rwlock = store.root / ".dvc" / "tmp" / "rwlock"
+    target = str(store.root / "datasets" / "a.jsonl")
+    # A killed `dvc add` whose pid now names another live process (here: this one): DVC drops dead
+    # pids from rwlock itself, but not a live one.
+    rwlock.write_text(json.dumps({"write": {target: {"pid": os.getpid(), "cmd": "dvc add"}}}))
+    repo_lock = store.root / ".dvc" / "tmp" / "lock"
+    repo_lock.write_text("4242\n")  # an flock: harmless once its holder is dead, hence left alone
+
+    from dvc.lock import LockError
+
+    monkeypatch.setattr(DatasetStore, "_clear_stale_locks", lambda self: None)
+    with pytest.raises(LockError, match="is busy"):
+        store.track(_write_jsonl(tmp_path / "a.jsonl", rows=20, seed=1), "a.jsonl")
+    monkeypatch.undo()
+
+    ref = store.track(_write_jsonl(tmp_path / "a.jsonl", rows=20, seed=2), "a.jsonl")
+    assert _md5(store.root / ref.path) == ref.md5
+    assert "dvc add" not in (rwlock.read_text() if rwlock.exists() else "")
+    assert repo_lock.exists()

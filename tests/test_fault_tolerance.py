@@ -9,6 +9,9 @@ the killed stage j-1 and is killed inside stage j; the last launch completes.  R
 right after its first in-stage trainer checkpoint, and the relaunch must continue from that
 checkpoint, not from step 0.
 
+A second test kills a run inside reasoning_rl and resumes *that* flow run with `posttrain resume`,
+which must first tell that the RUNNING run's process is gone.
+
 Set POSTTRAIN_FAULT_SEED to replay other kill moments (the seed is printed).
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, write_smoke_config
+from posttrain.attempts import read_attempt
 from test_deployments import _free_port, _stop, _wait_healthy
 
 pytestmark = pytest.mark.timeout(1200)
@@ -61,16 +65,30 @@ def project(tmp_path):
     return tmp_path
 
 
-def _launch(project: Path, server, pause_stage: str | None, log: Path) -> subprocess.Popen:
+def _launch(project: Path, server, pause_stage: str | None, log: Path, *command: str) -> subprocess.Popen:
+    """`posttrain <command>` (default: run on the project's config) against the test server."""
     url, home = server
     env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     env.pop("POSTTRAIN_FAIL_STAGE", None)
     env.pop("POSTTRAIN_PAUSE_IN_STAGE", None)
     if pause_stage:
         env["POSTTRAIN_PAUSE_IN_STAGE"] = f"{pause_stage}:{PAUSE_S}"
+    command = command or ("run", "--config", str(project / "smoke.yaml"))
     # Own session: the kill reaches the whole process group, as a machine losing the job would.
-    return subprocess.Popen([sys.executable, "-m", "posttrain.cli", "run", "--config", str(project / "smoke.yaml")],
+    return subprocess.Popen([sys.executable, "-m", "posttrain.cli", *command],
                             cwd=ROOT, env=env, start_new_session=True, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def _complete(project: Path, server, log: Path, *command: str) -> subprocess.Popen:
+    """`posttrain <command>` (default: run), which must finish with exit code 0."""
+    proc = _launch(project, server, None, log, *command)
+    try:
+        proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+    assert proc.returncode == 0, _tail(log)
+    return proc
 
 
 def _tail(log: Path) -> str:
@@ -105,6 +123,32 @@ def _kill(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
+
+
+def _plant_sentinel(trainer_dir: Path) -> int:
+    """Mark the newest complete checkpoint's log: only a trainer that resumes from that checkpoint
+    (loading its trainer_state.json) carries the mark into its own log.  Returns its step."""
+    steps = _complete_steps(trainer_dir)
+    assert steps and 1 <= steps[-1] < RL_STEPS, f"killed too late to resume mid-training: {steps}"
+    state_file = trainer_dir / f"checkpoint-{steps[-1]}" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    logged = [e for e in state["log_history"] if e.get("step") == steps[-1]]
+    assert logged, state["log_history"]
+    logged[-1][SENTINEL] = 4242.0
+    state_file.write_text(json.dumps(state, indent=2))
+    return steps[-1]
+
+
+def _assert_rl_resumed_from(rl: dict, step: int) -> None:
+    """reasoning_rl's report entry continued from the checkpoint marked at ``step``, not from step 0."""
+    sentinel_steps = [e["step"] for e in rl["train_log"] if e.get(SENTINEL) == 4242.0]
+    assert sentinel_steps == [step], "reasoning_rl restarted instead of resuming its checkpoint"
+    trained = [e["step"] for e in rl["train_log"] if "loss" in e]
+    assert trained == list(range(1, RL_STEPS + 1)), trained  # each step once: none redone, none skipped
+    final_state = json.loads((Path(rl["checkpoint"]["path"]).parent / "trainer" / f"checkpoint-{RL_STEPS}"
+                              / "trainer_state.json").read_text())
+    assert final_state["global_step"] == RL_STEPS
+    assert any(e.get(SENTINEL) == 4242.0 for e in final_state["log_history"])
 
 
 def _report(run_dir: Path) -> dict | None:
@@ -180,27 +224,9 @@ def test_kill_inside_every_stage_then_relaunch(project, prefect_server, tmp_path
         _assert_registry_consistent(project)
 
         if stage == "reasoning_rl":
-            # Plant a sentinel in the newest complete checkpoint's log: only a trainer that resumes
-            # from that checkpoint (loading its trainer_state.json) carries it into its own log.
-            steps = _complete_steps(work / "trainer")
-            rl_resume_step = steps[-1]
-            assert 1 <= rl_resume_step < RL_STEPS, f"killed too late to resume mid-training: {steps}"
-            state_file = work / "trainer" / f"checkpoint-{rl_resume_step}" / "trainer_state.json"
-            state = json.loads(state_file.read_text())
-            logged = [e for e in state["log_history"] if e.get("step") == rl_resume_step]
-            assert logged, state["log_history"]
-            logged[-1][SENTINEL] = 4242.0
-            state_file.write_text(json.dumps(state, indent=2))
+            rl_resume_step = _plant_sentinel(work / "trainer")
         if j >= 1 and STAGES[j - 1] == "reasoning_rl":
-            rl = entries["reasoning_rl"]
-            sentinel_steps = [e["step"] for e in rl["train_log"] if e.get(SENTINEL) == 4242.0]
-            assert sentinel_steps == [rl_resume_step], "reasoning_rl restarted instead of resuming its checkpoint"
-            trained = [e["step"] for e in rl["train_log"] if "loss" in e]
-            assert trained == list(range(1, RL_STEPS + 1)), trained  # each step once: none redone, none skipped
-            final_state = json.loads((Path(rl["checkpoint"]["path"]).parent / "trainer" / f"checkpoint-{RL_STEPS}"
-                                      / "trainer_state.json").read_text())
-            assert final_state["global_step"] == RL_STEPS
-            assert any(e.get(SENTINEL) == 4242.0 for e in final_state["log_history"])
+            _assert_rl_resumed_from(entries["reasoning_rl"], rl_resume_step)
 
     # Before the last launch: simulate a kill between registering a checkpoint and recording its gate
     # (a window of milliseconds the random kills cannot aim at): the relaunch must record the gate.
@@ -211,14 +237,7 @@ def test_kill_inside_every_stage_then_relaunch(project, prefect_server, tmp_path
     registry.client.delete_model_version_tag(registry.model_name, half["version"], "gate")
     registry.client.delete_registered_model_alias(registry.model_name, "candidate-cold_start_sft")
 
-    log = tmp_path / "launch-final.log"
-    proc = _launch(project, prefect_server, None, log)
-    try:
-        proc.wait(600)
-    finally:
-        if proc.poll() is None:
-            _kill(proc)
-    assert proc.returncode == 0, _tail(log)
+    _complete(project, prefect_server, tmp_path / "launch-final.log")
     newest = max((project / "runs").glob("*/report.json"), key=lambda p: p.stat().st_mtime)
     final = _entries(_report(newest.parent))
     assert [n for n in final] == ["base", *STAGES]
@@ -231,6 +250,85 @@ def test_kill_inside_every_stage_then_relaunch(project, prefect_server, tmp_path
     chain = {s["checkpoint"]["digest"] for n, s in final.items() if n != "base"}
     chain.discard(final["base"]["checkpoint"]["digest"])
     assert {v["tags"]["digest"] for v in versions} == chain  # exactly the final chain, nothing else
+
+
+# ---------------------------------------------------------------------------------- resume after kill -9
+# A killed `posttrain run` leaves its flow run RUNNING on the API (nothing is left to report the end):
+# `posttrain resume` must tell that its process is gone (posttrain/liveness.py), mark it Crashed and
+# resume that same flow run.
+
+
+def test_resume_a_run_whose_process_was_killed_inside_a_stage(project, prefect_server, tmp_path, capsys):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from posttrain import cli
+    from posttrain.liveness import RECORD_FILE, read_record
+    from posttrain.registry import Registry  # noqa: F401  (MLflow imported now: `status` mid-run is then quick)
+
+    def cli_out(*argv) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    config = str(project / "smoke.yaml")
+    log = tmp_path / "run.log"
+    proc = _launch(project, prefect_server, "reasoning_rl", log)
+    with temporary_settings({PREFECT_API_URL: prefect_server[0]}):
+        try:
+            record = _wait_for(lambda: next((project / "runs").glob(f"*/{RECORD_FILE}"), None), proc, log,
+                               "the run's process record")
+            run_dir = record.parent
+            run_id = run_dir.name
+            code, _, err = cli_out("resume", run_id)  # the process is alive: refused, naming it
+            assert code == 2 and f"its process is alive: pid {proc.pid} on " in err, err
+            # status reads the registry: wait until the run has made it (its first report follows).
+            _wait_for(lambda: (run_dir / "report.json").exists(), proc, log, "the first stage's report")
+            code, out, _ = cli_out("status", "--config", config)
+            assert out.startswith(f"run {run_id}: running (pid {proc.pid} on "), out
+
+            work = _wait_for(lambda: _new_attempt(project, "reasoning_rl", set()), proc, log, "reasoning_rl to start")
+            _wait_for(lambda: _complete_steps(work / "trainer"), proc, log, "reasoning_rl's checkpoint-1")
+        finally:
+            if proc.poll() is None:
+                _kill(proc)
+        assert read_attempt(work)["finished"] is None, "the kill landed after reasoning_rl returned"
+        assert work.parent == run_dir
+        resume_step = _plant_sentinel(work / "trainer")
+        with get_client(sync_client=True) as client:
+            assert client.read_flow_run(run_id).state.is_running()  # what kill -9 leaves behind
+        code, out, _ = cli_out("status", "--config", config)
+        assert out.startswith(f"run {run_id}: crashed (process gone)") and f"posttrain resume {run_id}" in out, out
+
+        resume_log = tmp_path / "resume.log"
+        resumed = _complete(project, prefect_server, resume_log, "resume", run_id)
+        said = resume_log.read_text()
+        assert f"pid {proc.pid} on " in said and "marked Crashed" in said and f"flow run {run_id} completed" in said
+
+        with get_client(sync_client=True) as client:
+            flow_run = client.read_flow_run(run_id)
+            assert flow_run.state.is_completed() and flow_run.run_count == 2  # the same run, a second attempt
+            states = client.read_flow_run_states(run_id)
+            names = [s.name for s in states]
+            crashed = states[names.index("Crashed")]
+            assert f"pid {proc.pid} on " in crashed.message and "gone" in crashed.message, crashed.message
+            assert names.index("Crashed") < names.index("AwaitingRetry") < len(names) - 1
+            task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
+            assert all(t.state.is_final() for t in task_runs), [(t.name, t.state.name) for t in task_runs]
+            rl_histories = [[s.name for s in client.read_task_run_states(t.id)]
+                            for t in task_runs if t.name == "reasoning_rl"]
+            assert any("Crashed" in h for h in rl_histories), rl_histories  # the killed stage, not left Running
+
+    final = _entries(_report(run_dir))  # the same run folder: the same flow run
+    assert list(final) == ["base", *STAGES] and all(s["status"] == "passed" for s in final.values()), final
+    assert final["cold_start_sft"]["cached"] and not final["reasoning_rl"]["cached"]
+    _assert_rl_resumed_from(final["reasoning_rl"], resume_step)
+    _assert_registry_consistent(project)
+    record = read_record(run_dir)
+    assert record.ended and record.error is None and record.process.pid == resumed.pid
+    code, out, _ = cli_out("status", "--config", config)
+    assert out.startswith(f"run {run_id}: passed"), out
 
 
 # ---------------------------------------------------------------------------------- stage attempts
