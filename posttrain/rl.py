@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import torch
@@ -237,8 +238,11 @@ class StageGRPOTrainer(GRPOTrainer):
             return False
         path = Path(checkpoint_dir) / SAMPLER_STATE
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: the trainer checkpoint was not written by this stage "
-                                    f"(delete {checkpoint_dir} to restart the stage from step 0)")
+            # HF writes the checkpoint before on_save callbacks run, so a kill in between leaves a
+            # usable checkpoint without sampler state: resume the weights, restart the schedule.
+            warnings.warn(f"{path} is missing: resuming the weights and optimizer from {checkpoint_dir} "
+                          f"with a fresh problem sampler (its success statistics start over)")
+            return False
         self.problem_sampler.load_state_dict(json.loads(path.read_text()))
         return True
 

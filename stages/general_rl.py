@@ -63,7 +63,8 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
         datasets_consumed=[dataset_ref(instr_source), dataset_ref(math_source)], train_log=log,
         verifier_versions=VERIFIER_VERSIONS, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
         alerts=[a["message"] for a in alerts.fired],
-        train_metrics={"instruction_prompts": len(tasks), "math_prompts": len(problems), **summary(
+        train_metrics={"instruction_prompts": len(tasks), "math_prompts": len(problems),
+                       "no_think_math_prompts": len(no_think), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length"))},
         wall_s=time.time() - started,
     )

@@ -71,6 +71,10 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     run_dir = smoke_project / "runs" / report["run_id"]
     assert (run_dir / "report.md").read_text().count("|") > 50
     assert (run_dir / "capabilities.png").stat().st_size > 1000
+    assert (run_dir / "rl.png").stat().st_size > 1000
+    assert "reasoning_rl rollout policy: current policy at each step" in (run_dir / "report.md").read_text()
+    assert stages["mode_fusion_sft"]["train_metrics"]["rows/cold_start_replay"] == 4
+    assert stages["general_rl"]["train_metrics"]["no_think_math_prompts"] == 1  # 30% of 4, rounded
 
     from posttrain.registry import Registry
 

@@ -151,3 +151,18 @@ def test_fail_action_and_non_finite_loss_stop_training():
         RLAlerts(RLAlertsConfig()).on_log(None, state, None, logs={"loss": float("nan")})
     with pytest.raises(TrainingAlert, match="truncation rate 0.90"):
         RLAlerts(RLAlertsConfig(action="fail")).on_log(None, state, None, logs={"completions/clipped_ratio": 0.9})
+
+
+def test_checkpoint_without_sampler_state_resumes_with_a_warning(tmp_path):
+    from posttrain.rl import StageGRPOTrainer
+
+    trainer = StageGRPOTrainer.__new__(StageGRPOTrainer)  # only restore_sampler is exercised
+    trainer.problem_sampler = sampler(["p"] * 4)
+    (tmp_path / "checkpoint-3").mkdir()
+    with pytest.warns(UserWarning, match="fresh problem sampler"):
+        assert trainer.restore_sampler(str(tmp_path / "checkpoint-3")) is False
+    assert trainer.restore_sampler(None) is False
+    (tmp_path / "checkpoint-3" / "problem_sampler.json").write_text(
+        __import__("json").dumps({**trainer.problem_sampler.state_dict(), "batches_drawn": 5}))
+    assert trainer.restore_sampler(str(tmp_path / "checkpoint-3")) is True
+    assert trainer.problem_sampler.batches_drawn == 5
