@@ -100,8 +100,12 @@ class Registry:
         # One client for the Registry's lifetime.  Building its stores runs MLflow's schema
         # check; on a new file the full alembic migration (~100 DDL commits: ~1 s on an idle
         # disk, several seconds when fsync is slow).  Done once here, not per call.
-        self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
         self._experiment_id: str | None = None
+        # Two processes opening a new registry at once (a run and `posttrain status`) would both
+        # run the schema migration and one fails with "table ... already exists": serialise it.
+        with self._mutation():
+            self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+            self.client.search_experiments(max_results=1)  # forces the store (and its migration) now
         self._ensure_model()
         self._experiment()
 
@@ -122,8 +126,16 @@ class Registry:
     # -- extension point for locking ---------------------------------------------------------
     @contextlib.contextmanager
     def _mutation(self) -> Iterator[None]:
-        """Wraps every write. No-op for now; a later issue plugs a lock in here."""
-        yield
+        """Wraps schema creation and every write: an exclusive lock on a file beside the database,
+        so concurrent processes never interleave (SQLite alone would fail them, not queue them)."""
+        import fcntl
+
+        with open(self.root / "registry.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     # -- model versions --------------------------------------------------------------------------
     def register(

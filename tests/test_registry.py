@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +187,23 @@ def test_training_run_logged_and_readable(reg, tmp_path):
     run2 = reg.log_training("cold_start_sft", {}, [{"step": 0, "loss": 1.0}], {})
     assert run2 != run_id
     assert client.get_run(run2).info.experiment_id == run.info.experiment_id
+
+
+def _open_registry(root: str) -> None:
+    from posttrain.registry import Registry
+
+    Registry(Path(root), model_name="posttrain-race")
+
+
+def test_processes_opening_a_new_registry_at_once_all_succeed(tmp_path):
+    # A run and `posttrain status` creating the database together used to fail one of them with
+    # "table ... already exists" (both ran MLflow's schema migration).
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_open_registry, args=(str(tmp_path / "registry"),)) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert [w.exitcode for w in workers] == [0, 0, 0]
