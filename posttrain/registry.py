@@ -87,6 +87,13 @@ def candidate_alias(stage: str) -> str:
     return f"candidate-{stage}"
 
 
+def metric_name(key: Any) -> str:
+    """MLflow accepts only alphanumerics, _ - . space : / in metric names; trainers log others
+    (e.g. a sampler bucket "L2*"): each other character becomes its name, so names stay distinct."""
+    spelled = {"+": "plus", "-": "-", "*": "times", "%": "pct", "=": "eq", "<": "lt", ">": "gt"}
+    return "".join(c if c.isalnum() or c in "_-. :/" else f"_{spelled.get(c, 'x')}_" for c in str(key))
+
+
 class Registry:
     """Model versions (one per checkpoint) plus one MLflow run per stage execution."""
 
@@ -279,7 +286,7 @@ class Registry:
                 now = int(time.time() * 1000)
                 plist = [Param(str(k), _param_value(v)) for k, v in params.items()]
                 mlist = [
-                    Metric(str(k), float(v), now, int(row["step"]))
+                    Metric(metric_name(k), float(v), now, int(row["step"]))
                     for row in metric_log
                     for k, v in row.items()
                     if k != "step" and _is_number(v)

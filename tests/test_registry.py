@@ -207,3 +207,16 @@ def test_processes_opening_a_new_registry_at_once_all_succeed(tmp_path):
     for w in workers:
         w.join(timeout=120)
     assert [w.exitcode for w in workers] == [0, 0, 0]
+
+
+def test_metric_names_mlflow_refuses_are_spelled_out_and_stay_distinct(tmp_path):
+    from posttrain.registry import Registry, metric_name
+
+    assert metric_name("sampler/success/L1+") == "sampler/success/L1_plus_"
+    assert metric_name("sampler/success/L2*") == "sampler/success/L2_times_"
+    assert metric_name("rewards/correctness/mean") == "rewards/correctness/mean"
+    registry = Registry(tmp_path / "registry", model_name="posttrain-names")
+    run_id = registry.log_training("reasoning_rl", {}, [{"step": 1, "sampler/success/L1+": 0.5,
+                                                         "sampler/success/L1*": 0.25}], {})
+    logged = registry.client.get_run(run_id).data.metrics
+    assert logged == {"sampler/success/L1_plus_": 0.5, "sampler/success/L1_times_": 0.25}
