@@ -62,7 +62,9 @@ def stage_cache_key(context, parameters) -> str:
 
 def eval_cache_key(context, parameters) -> str:
     cfg: PipelineConfig = parameters["config"]
-    return "eval-" + _digest(parameters["checkpoint"].digest, cfg.evaluation.model_dump(mode="json"),
+    from posttrain.evaluation import EVAL_VERSION
+
+    return "eval-" + _digest(EVAL_VERSION, parameters["checkpoint"].digest, cfg.evaluation.model_dump(mode="json"),
                              _world_version(cfg))
 
 

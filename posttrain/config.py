@@ -18,7 +18,7 @@ STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_s
 StageName = Literal["cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft",
                     "general_rl", "distillation"]
 METRICS = ("math_accuracy", "math_accuracy_en", "math_accuracy_zh", "format_rate", "language_consistency",
-           "mixed_language_rate", "no_think_compliance", "no_think_accuracy", "instruction_accuracy",
+           "mixed_language_rate", "no_think_compliance", "no_think_format", "no_think_accuracy", "instruction_accuracy",
            "direct_accuracy", "mean_len_correct", "mean_len_wrong", "truncation_rate")
 
 
@@ -158,6 +158,7 @@ class RewardWeights(Strict):
 
     correctness: float = 1.0
     format: float = 0.2
+    mode: float = 0.0        # /think vs /no_think compliance on every row (format needs a boxed answer)
     language_consistency: float = 0.0
     instruction: float = 0.0
     length: float = 0.0      # Kimi k1.5 length reward, per prompt group

@@ -16,13 +16,18 @@ from posttrain.chat import parse_response, user_turn
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import PipelineConfig
 from posttrain.generation import generate, render_chat_prompts
-from posttrain.rewards.format import format_ok
+from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.rewards.instruction import instruction_score
 from posttrain.rewards.language import language_share
 from posttrain.rewards.math_verifier import verify_math
 from posttrain.schema import CheckpointRef, EvalResult
 from posttrain.world.build import WorldPaths, read_jsonl
 from posttrain.world.tasks import instruction_mode
+
+
+# Part of the evaluation cache key: bump when a metric's definition changes, so cached verdicts of
+# the old definition are not reused (eval/2: /no_think compliance is the mode switch alone).
+EVAL_VERSION = "eval/2"
 
 
 def _normalise(text: str) -> str:
@@ -66,7 +71,10 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, mod
     fmt = [float(format_ok(g.text, thinking=True)) for g in g_math]
     consistency = [reasoning_consistency(g.text, r["language"]) for g, r in zip(g_math, math)]
     with_reasoning = [c for g, c in zip(g_math, consistency) if parse_response(g.text).reasoning]
-    nt_ok = [float(format_ok(g.text, thinking=False)) for g in g_nt]
+    # Compliance is the mode switch (empty think block); the boxed-answer form is reported apart,
+    # since answering a math question with the wrong kind of answer is not thinking by mistake.
+    nt_ok = [float(mode_ok(g.text, thinking=False)) for g in g_nt]
+    nt_format = [float(format_ok(g.text, thinking=False)) for g in g_nt]
     nt_correct = [verify_math(g.text, r["answer"]).reward for g, r in zip(g_nt, no_think)]
     if_ok = [instruction_score(g.text, json.loads(r["constraints"]) if isinstance(r["constraints"], str)
                                else r["constraints"]) for g, r in zip(g_if, instr)]
@@ -88,6 +96,7 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, mod
         "language_consistency": mean(consistency),
         "mixed_language_rate": mean([float(c < 1.0) for c in with_reasoning]),
         "no_think_compliance": mean(nt_ok),
+        "no_think_format": mean(nt_format),
         "no_think_accuracy": mean(nt_correct),
         "instruction_accuracy": mean(if_ok),
         "direct_accuracy": mean(direct_ok),
@@ -97,7 +106,7 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, mod
     }
     per_item = {
         "math_accuracy": correct, "format_rate": fmt, "language_consistency": consistency,
-        "no_think_compliance": nt_ok, "no_think_accuracy": nt_correct, "instruction_accuracy": if_ok,
+        "no_think_compliance": nt_ok, "no_think_format": nt_format, "no_think_accuracy": nt_correct, "instruction_accuracy": if_ok,
         "direct_accuracy": direct_ok, "truncation_rate": truncated,
     }
     samples = []

@@ -9,7 +9,8 @@ from pathlib import Path
 CAPABILITY_ROWS = [
     ("math_accuracy", "math pass@1 (greedy)"), ("math_accuracy_en", "  English"), ("math_accuracy_zh", "  Chinese"),
     ("format_rate", "format compliance"), ("language_consistency", "language consistency"),
-    ("mixed_language_rate", "mixed-language rate"), ("no_think_compliance", "/no_think compliance"),
+    ("mixed_language_rate", "mixed-language rate"), ("no_think_compliance", "/no_think compliance (empty think)"),
+    ("no_think_format", "/no_think with one boxed answer"),
     ("no_think_accuracy", "/no_think math pass@1"), ("instruction_accuracy", "instruction following"),
     ("direct_accuracy", "direct answers"), ("mean_len_correct", "mean length, correct (tokens)"),
     ("mean_len_wrong", "mean length, wrong (tokens)"), ("truncation_rate", "truncation rate"),
@@ -138,6 +139,10 @@ def plot_rl(report: dict, out: Path) -> bool:
             ax.set_xlabel("step")
             if ax.lines:
                 ax.legend(fontsize=6)
+            else:
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, "not logged by this stage", ha="center", va="center", fontsize=8,
+                        transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -76,3 +76,21 @@ def test_build_rewards_keeps_nonzero_weights_and_rejects_unknown_names():
     assert [f.__name__ for f in funcs] == ["correctness", "instruction"] and weights == [1.0, 0.5]
     with pytest.raises(ValueError, match="unknown rewards"):
         build_rewards({"corectness": 1.0})
+
+
+def test_mode_reward_checks_the_think_block_on_every_row_whatever_the_answer():
+    from posttrain.rewards import mode
+
+    completions = ["<think>\n</think>\n\n{\"answer\": 4}", "<think>\n2+2=4\n</think>\n\nfour",
+                   "<think>\n</think>\n\nfour", "no think block at all", "<think>\nunclosed"]
+    assert mode(completions, thinking=[False, True, True, False, True]) == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_no_think_compliance_is_the_mode_switch_and_format_also_wants_the_box():
+    from posttrain.rewards.format import mode_ok
+
+    weekday_for_a_sum = "<think>\n\n</think>\n\n星期六"  # seen under /no_think: complies, wrong kind of answer
+    assert mode_ok(weekday_for_a_sum, thinking=False)
+    assert not format_ok(weekday_for_a_sum, thinking=False)
+    assert not mode_ok("<think>\n15+25=40\n</think>\n\n\\boxed{40}", thinking=False)  # it thought
+    assert not mode_ok("\\boxed{40}", thinking=False)  # no think block at all

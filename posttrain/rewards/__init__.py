@@ -10,7 +10,7 @@ import json
 from typing import Callable
 
 from posttrain.chat import parse_response
-from posttrain.rewards.format import FORMAT_VERSION, format_ok
+from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION, code_execution
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
@@ -43,6 +43,13 @@ def format_reward(completions, **kwargs) -> list[float | None]:
             for c, k, t in zip(completions, kinds, thinking)]
 
 
+def mode(completions, **kwargs) -> list[float | None]:
+    """The /think vs /no_think switch on every row, whatever its answer format (format_reward also
+    demands a boxed answer, so it cannot score instruction rows: JSON, a word, a sentence...)."""
+    thinking = _column(kwargs, "thinking", len(completions), True)
+    return [float(mode_ok(completion_text(c), bool(t))) for c, t in zip(completions, thinking)]
+
+
 def language_consistency(completions, language, **kwargs) -> list[float | None]:
     out: list[float | None] = []
     for c, lang in zip(completions, language):
@@ -68,6 +75,7 @@ def instruction(completions, **kwargs) -> list[float | None]:
 REWARDS: dict[str, RewardFn] = {
     "correctness": correctness,
     "format": format_reward,
+    "mode": mode,
     "language_consistency": language_consistency,
     "instruction": instruction,
     "code": code_execution,
@@ -84,6 +92,7 @@ REWARD_FACTORIES: dict[str, Callable[..., RewardFn]] = {
 VERIFIER_VERSIONS = {
     "math": MATH_VERIFIER_VERSION,
     "format": FORMAT_VERSION,
+    "mode": FORMAT_VERSION,
     "language": LANGUAGE_VERSION,
     "instruction": INSTRUCTION_VERSION,
     "length": LENGTH_VERSION,
