@@ -66,6 +66,16 @@ def wrong_length_slope(log: list[dict]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
 
 
+def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
+    """Identity of what an arm trains with, so an arm equal to another (e.g. language reward "on"
+    is the default) reuses that arm's runs instead of training them again."""
+    import hashlib
+
+    full = {f"stages.reasoning_rl.{k}": v for k, v in {**extra, **overrides}.items()}
+    stage = load_config(config_path, overrides=full).stage("reasoning_rl").model_dump(mode="json")
+    return hashlib.sha256(json.dumps(stage, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int, extra: dict) -> dict:
     from stages import reasoning_rl
 
@@ -107,6 +117,7 @@ def main() -> None:
     parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--set", action="append", default=[], help="extra override for every arm, key=value")
+    parser.add_argument("--arms", nargs="+", help="run only these arms of the experiment")
     args = parser.parse_args()
     import yaml
 
@@ -116,17 +127,30 @@ def main() -> None:
     parent_key = f"{args.parent} ({parent.digest[:12]})"
     if parent_key not in store["parents"]:
         store["parents"][parent_key] = evaluate(parent, load_config(args.config), desc="evaluating parent").metrics
+    done = {}  # (config hash, seed, parent) -> record, over every experiment already run
+    for arms in store["runs"].values():
+        for records in arms.values():
+            for r in records:
+                key = stage_config_hash(args.config, r["overrides"], r.get("extra", {}))
+                done[(key, r["seed"], r.get("parent"))] = r
     for arm, overrides in EXPERIMENTS[args.experiment].items():
+        if args.arms and arm not in args.arms:
+            continue
         runs = store["runs"].setdefault(args.experiment, {}).setdefault(arm, [])
+        key = stage_config_hash(args.config, overrides, extra)
         for seed in args.seeds:
             if any(r["seed"] == seed and r.get("parent") == parent_key and r.get("extra") == extra for r in runs):
                 continue
-            record = run_arm(args.config, parent, overrides, seed, extra)
-            runs.append({**record, "parent": parent_key, "extra": extra})
+            same = done.get((key, seed, parent_key))
+            record = dict(same, reused=True) if same else run_arm(args.config, parent, overrides, seed, extra)
+            record.pop("parent", None)
+            record.pop("extra", None)
+            runs.append({**record, "overrides": overrides, "parent": parent_key, "extra": extra})
+            done[(key, seed, parent_key)] = runs[-1]
             RESULTS.mkdir(exist_ok=True)
             STORE.write_text(json.dumps(store, indent=2))
             (RESULTS / "rl_experiments.md").write_text(summarise(store))
-            print(f"{args.experiment}/{arm} seed {seed}: {json.dumps(record['metrics'])}")
+            print(f"{args.experiment}/{arm} seed {seed}{' (reused)' if same else ''}: {json.dumps(record['metrics'])}")
     (RESULTS / "rl_experiments.md").write_text(summarise(store))
 
 
