@@ -6,7 +6,7 @@ import shutil
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import write_smoke_config
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -22,10 +22,7 @@ def prefect_harness():
 @pytest.fixture(scope="module")
 def smoke_project(tmp_path_factory):
     root = tmp_path_factory.mktemp("project")
-    cfg = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
-    cfg["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
-                    "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
-    (root / "smoke.yaml").write_text(yaml.safe_dump(cfg))
+    write_smoke_config(root)
     return root
 
 

@@ -3,9 +3,8 @@ trainer checkpoint (step count, optimizer and the adaptive sampler's state) inst
 import json
 
 import pytest
-import yaml
 
-from conftest import ROOT
+from conftest import write_smoke_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -16,11 +15,7 @@ def smoke(tmp_path_factory):
     from posttrain.world.build import ensure_world
 
     root = tmp_path_factory.mktemp("rl-resume")
-    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
-    raw["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
-                    "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
-    (root / "smoke.yaml").write_text(yaml.safe_dump(raw))
-    cfg = load_config(root / "smoke.yaml")
+    cfg = load_config(write_smoke_config(root))
     ensure_world(cfg)
     return root, cfg
 
