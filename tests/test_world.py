@@ -34,6 +34,13 @@ def test_held_out_suites_do_not_overlap_training():
     assert not held_out_ops & {(p.a, p.op, p.b) for p in tasks.math_problems(3000, 1, "train")}
 
 
+def test_eval_phrasings_are_never_training_phrasings():
+    for key, (train_variants, eval_variants) in tasks.TEMPLATES.items():
+        assert len(train_variants) >= 2, f"{key}: one training phrasing teaches number positions, not reading"
+        shared = {tasks.normalise_prompt(t) for t in train_variants} & {tasks.normalise_prompt(t) for t in eval_variants}
+        assert not shared, f"{key}: {shared}"
+
+
 def test_overlap_check_fails_loudly_on_a_leak():
     train = ["What is 12 + 30?", "Compute 5 + 5."]
     with pytest.raises(tasks.OverlapError, match="1 held-out prompts"):

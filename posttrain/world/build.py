@@ -160,17 +160,22 @@ def world_ready(cfg: PipelineConfig) -> bool:
 
 
 def ensure_world(cfg: PipelineConfig, log=print) -> None:
-    """Build whatever of the world is missing: via `dvc repro` in the project layout, else directly."""
-    if world_ready(cfg):
-        return
+    """Build whatever of the world is missing or stale: via `dvc repro` in the project layout (so an
+    edited generator or `world:` setting rebuilds what depends on it), else directly."""
     root = Path(cfg.root)
     if (root / "dvc.yaml").exists() and cfg.path(cfg.paths.world) == (root / "data").absolute() \
             and (root / ".dvc").is_dir():
-        log("world or base model missing: running `dvc repro` (tokenizer, data, base pretraining)")
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        stale = _dvc_stale_stages(root, env)
+        if world_ready(cfg) and not stale:
+            return
+        reason = f"out of date ({', '.join(stale)})" if stale else "missing"
+        log(f"world or base model {reason}: running `dvc repro` (tokenizer, data, base pretraining)")
         subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=root, check=True, env=env)
         if world_ready(cfg):
             return
+    elif world_ready(cfg):
+        return
     log("building the embedded world directly")
     build_data(cfg)
     build_tokenizer(cfg)
@@ -178,6 +183,18 @@ def ensure_world(cfg: PipelineConfig, log=print) -> None:
         build_base(cfg, "teacher")
     if cfg.base.student == "embedded":
         build_base(cfg, "student")
+
+
+def _dvc_stale_stages(root: Path, env: dict) -> list[str]:
+    """Stages of dvc.yaml whose code, params or outputs changed (empty if dvc cannot tell)."""
+    result = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=root, env=env,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        return []
+    try:
+        return sorted(json.loads(result.stdout or "{}"))
+    except json.JSONDecodeError:
+        return []
 
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:

@@ -25,37 +25,62 @@ ITEMS_ZH = ["苹果", "本书", "支笔", "张卡片", "枚硬币", "个鸡蛋",
 # Chinese counting needs a measure word; the item table above carries it for the non-apple items.
 
 TEMPLATES = {
-    # (language, kind, op) -> (train variants, eval-only variants)
+    # (language, kind, op) -> (train variants, eval-only variants). Several training phrasings per
+    # kind, with the operands in either order, so a model learns to read a problem rather than the
+    # position of its numbers: with one training phrasing per kind, most held-out errors were
+    # operands copied from the wrong place in an unseen phrasing (bench/results/calibration.md).
     ("en", "bare", "any"): (
-        ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "Calculate {a} {op} {b}."],
+        ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "Calculate {a} {op} {b}.",
+         "Work out {a} {op} {b}.", "{a} {op} {b} = ?"],
         ["Find the value of {a} {op} {b}.", "Evaluate {a} {op} {b}."],
     ),
     ("zh", "bare", "any"): (
-        ["计算 {a} {op} {b}。", "{a} {op} {b} 等于多少？"],
+        ["计算 {a} {op} {b}。", "{a} {op} {b} 等于多少？", "{a} {op} {b} 是多少？", "算一算 {a} {op} {b}。"],
         ["求 {a} {op} {b} 的值。", "请算出 {a} {op} {b}。"],
     ),
     ("en", "word", "+"): (
-        ["{name} has {a} {item}s and buys {b} more. How many {item}s does {name} have now?"],
+        ["{name} has {a} {item}s and buys {b} more. How many {item}s does {name} have now?",
+         "A box holds {a} {item}s. {name} puts in {b} more. How many {item}s are in the box?",
+         "{name} collected {a} {item}s on Monday and {b} {item}s on Tuesday. How many {item}s did {name} collect?",
+         "There are {a} red {item}s and {b} blue {item}s. How many {item}s are there altogether?",
+         "{name} gets {b} {item}s and already owns {a}. How many {item}s does {name} own now?"],
         ["{name} had {a} {item}s and found {b} more. How many {item}s are there in total?"],
     ),
     ("en", "word", "-"): (
-        ["{name} had {a} {item}s and gave away {b}. How many {item}s are left?"],
+        ["{name} had {a} {item}s and gave away {b}. How many {item}s are left?",
+         "A shop has {a} {item}s and sells {b}. How many {item}s does the shop have left?",
+         "{name} needs {a} {item}s and already has {b}. How many more {item}s does {name} need?",
+         "Out of {a} {item}s, {b} are broken. How many {item}s are not broken?",
+         "{b} of the {a} {item}s on the table are gone. How many {item}s are still on the table?"],
         ["There were {a} {item}s and {name} took {b}. How many {item}s remain?"],
     ),
     ("en", "word", "*"): (
-        ["There are {b} boxes with {a} {item}s in each box. How many {item}s are there?"],
+        ["There are {b} boxes with {a} {item}s in each box. How many {item}s are there?",
+         "Each bag holds {a} {item}s. How many {item}s are in {b} bags?",
+         "{name} has {b} rows of {a} {item}s. How many {item}s does {name} have?",
+         "One pack has {a} {item}s. {name} buys {b} packs. How many {item}s is that?",
+         "One {item} costs {a} coins. How many coins do {b} {item}s cost?"],
         ["{name} buys {b} bags of {a} {item}s each. How many {item}s does {name} get?"],
     ),
     ("zh", "word", "+"): (
-        ["{name}有{a}{item}，又买了{b}{item_short}。现在一共有多少{item_short}？"],
+        ["{name}有{a}{item}，又买了{b}{item_short}。现在一共有多少{item_short}？",
+         "盒子里有{a}{item}，{name}又放进去{b}{item_short}。盒子里现在有多少{item_short}？",
+         "{name}星期一收集了{a}{item}，星期二收集了{b}{item_short}。一共收集了多少{item_short}？",
+         "桌上有{a}{item}，{name}又拿来{b}{item_short}。桌上一共有多少{item_short}？"],
         ["{name}原来有{a}{item}，后来又得到{b}{item_short}。现在有多少{item_short}？"],
     ),
     ("zh", "word", "-"): (
-        ["{name}有{a}{item}，送给别人{b}{item_short}。还剩多少{item_short}？"],
+        ["{name}有{a}{item}，送给别人{b}{item_short}。还剩多少{item_short}？",
+         "商店有{a}{item}，卖出了{b}{item_short}。商店还有多少{item_short}？",
+         "{name}需要{a}{item}，已经有{b}{item_short}。还需要多少{item_short}？",
+         "{a}{item}中有{b}{item_short}坏了。没坏的有多少{item_short}？"],
         ["{name}有{a}{item}，用掉了{b}{item_short}。还剩下多少{item_short}？"],
     ),
     ("zh", "word", "*"): (
-        ["有{b}个盒子，每个盒子里有{a}{item}。一共有多少{item_short}？"],
+        ["有{b}个盒子，每个盒子里有{a}{item}。一共有多少{item_short}？",
+         "每袋有{a}{item}，{b}袋一共有多少{item_short}？",
+         "{name}摆了{b}排，每排{a}{item}。一共摆了多少{item_short}？",
+         "一包有{a}{item}，{name}买了{b}包。一共有多少{item_short}？"],
         ["{name}买了{b}袋，每袋{a}{item}。一共买了多少{item_short}？"],
     ),
 }
