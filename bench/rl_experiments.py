@@ -30,6 +30,9 @@ from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE = RESULTS / "rl_experiments.json"
 
+RS_SFT_ARM = "rs_sft"
+RS_SFT = {"learning_rate": 2e-4, "epochs": 2, "max_per_prompt": 2}
+
 # experiment -> arm -> overrides inside stages.reasoning_rl
 EXPERIMENTS: dict[str, dict[str, dict]] = {
     "gain": {"default": {}},
@@ -37,6 +40,11 @@ EXPERIMENTS: dict[str, dict[str, dict]] = {
     "language_reward": {"on": {"rewards.language_consistency": 0.2}, "off": {"rewards.language_consistency": 0.0}},
     "length_reward": {"on": {"rewards.length": 0.2, "reward_settings.length_warmup_steps": 10},
                       "off": {"rewards.length": 0.0}},
+    # Same generated tokens: RL (the default stage) vs rejection-sampling SFT, i.e. sample groups
+    # from the parent on the same prompt pool until RL's completion-token count is spent, keep the
+    # verified ones, fine-tune the parent on them (RFT). The `rs_sft` arm's overrides name the
+    # RL run whose budget it matches; its SFT settings are RS_SFT below.
+    "equal_budget": {"rl": {}, "rs_sft": {RS_SFT_ARM: True}},
 }
 REPORTED = ["math_accuracy", "mixed_language_rate", "language_consistency", "mean_len_correct", "mean_len_wrong",
             "format_rate", "truncation_rate"]
@@ -71,9 +79,17 @@ def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
     is the default) reuses that arm's runs instead of training them again."""
     import hashlib
 
+    if overrides.get(RS_SFT_ARM):
+        return f"{RS_SFT_ARM}:{stage_config_hash(config_path, {}, extra)}:{json.dumps(RS_SFT, sort_keys=True)}"
     full = {f"stages.reasoning_rl.{k}": v for k, v in {**extra, **overrides}.items()}
     stage = load_config(config_path, overrides=full).stage("reasoning_rl").model_dump(mode="json")
     return hashlib.sha256(json.dumps(stage, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def generated_tokens(log: list[dict], completions_per_step: int) -> int:
+    """Completion tokens RL generated: mean completion length x completions, over logged steps."""
+    return round(sum(row["completions/mean_length"] * completions_per_step
+                     for row in log if "completions/mean_length" in row))
 
 
 def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int, extra: dict) -> dict:
@@ -81,32 +97,96 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
 
     full = {f"stages.reasoning_rl.{k}": v for k, v in {**extra, **overrides}.items()}
     cfg = load_config(config_path, overrides=full)
+    stage = cfg.stage("reasoning_rl")
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        result = reasoning_rl.run(cfg.stage("reasoning_rl"), StageInputs(
+        result = reasoning_rl.run(stage, StageInputs(
             work_dir=tmp, world_dir=str(cfg.path(cfg.paths.world)), parent=parent, seed=seed))
         after = evaluate(result.checkpoint, cfg, desc=f"evaluating seed {seed}")
+    per_step = stage.trainer.prompts_per_step * stage.trainer.num_generations
     return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
             "metrics": {k: after.metrics[k] for k in REPORTED},
             "wrong_length_slope": wrong_length_slope(result.train_log),
-            "generated_tokens": sum(row.get("num_tokens", 0) for row in result.train_log[-1:])}
+            "generated_tokens": generated_tokens(result.train_log, per_step)}
+
+
+def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: dict, budget: int) -> dict:
+    """Rejection-sampling SFT on `budget` generated tokens, from the RL stage's prompts and sampling."""
+    import random
+
+    import torch
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from posttrain.chat import conversation, user_turn
+    from posttrain.checkpoint import load_checkpoint, save_checkpoint
+    from posttrain.config import SFTTrainerConfig
+    from posttrain.generation import generate, render_chat_prompts
+    from posttrain.trainers import sft_args
+    from posttrain.world.build import WorldPaths, pool_share, read_jsonl
+    from stages.rejection_sampling import rejection_reason
+
+    cfg = load_config(config_path, overrides={f"stages.reasoning_rl.{k}": v for k, v in extra.items()})
+    stage = cfg.stage("reasoning_rl")
+    started = time.time()
+    torch.set_num_threads(stage.trainer.threads)
+    model, tokenizer = load_checkpoint(parent)
+    pool = pool_share(read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("math_train"),
+                                 ("question", "answer", "language", "level")), "reasoning_rl")
+    problems = [p for p in pool if p["level"] in stage.levels][:stage.prompts]
+    random.Random(seed).shuffle(problems)
+    group, spent, rows, sampled, chunk = stage.trainer.num_generations, 0, [], 0, 8
+    while spent < budget and sampled < len(problems):
+        batch = problems[sampled:sampled + chunk]
+        sampled += len(batch)
+        prompts = render_chat_prompts(tokenizer, [[user_turn(p["question"], True)] for p in batch])
+        outputs = generate(model, tokenizer, prompts, max_new_tokens=stage.trainer.max_completion_length,
+                           do_sample=True, temperature=stage.trainer.temperature, num_samples=group,
+                           seed=seed * 100_003 + sampled, desc=f"rs-sft sampling {spent}/{budget} tokens")
+        for problem, responses in zip(batch, outputs):
+            spent += sum(r.num_tokens for r in responses)
+            kept = {" ".join(r.text.split()): r.text for r in responses
+                    if rejection_reason(r, problem["answer"], problem["language"], 1.0) is None}
+            rows += [{"messages": conversation(problem["question"], text, thinking=True)}
+                     for text in list(kept.values())[:RS_SFT["max_per_prompt"]]]
+    trainer_cfg = SFTTrainerConfig(learning_rate=RS_SFT["learning_rate"], epochs=RS_SFT["epochs"],
+                                   threads=stage.trainer.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = SFTTrainer(model=model, args=sft_args(trainer_cfg, Path(tmp) / "trainer", seed),
+                             train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+        trainer.train()
+        checkpoint = save_checkpoint(trainer.model, tokenizer, Path(tmp) / "checkpoint")
+        after = evaluate(checkpoint, cfg, desc=f"evaluating rs-sft seed {seed}")
+    return {"seed": seed, "wall_s": time.time() - started, "metrics": {k: after.metrics[k] for k in REPORTED},
+            "wrong_length_slope": None, "generated_tokens": spent, "budget_tokens": budget,
+            "prompts_sampled": sampled, "sft_rows": len(rows), "rs_sft": RS_SFT}
 
 
 def summarise(store: dict) -> str:
+    """One table per (experiment, parent): runs from different parents (e.g. before and after a
+    world rebuild) are never averaged together."""
     lines = ["# Reasoning-RL experiments (embedded world, held-out suites, mean and 95% CI over seeds)", ""]
     for key, parent in store.get("parents", {}).items():
         lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED))
     for experiment, arms in store.get("runs", {}).items():
-        lines += ["", f"## {experiment}", "", "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope |",
-                  "|---|---|" + "---|" * (len(REPORTED) + 1)]
-        for arm, runs in arms.items():
-            cells = []
-            for key in REPORTED:
-                mean, low, high = t_interval([r["metrics"][key] for r in runs])
-                cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}")
-            slopes = [r["wrong_length_slope"] for r in runs if r["wrong_length_slope"] is not None]
-            slope = f"{statistics.fmean(slopes):+.3f}" if slopes else "–"
-            lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + f" | {slope} |")
+        parents = sorted({r.get("parent") for runs in arms.values() for r in runs}, key=str)
+        for parent_key in parents:
+            lines += ["", f"## {experiment} (parent `{parent_key}`)", "",
+                      "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope | generated tokens |",
+                      "|---|---|" + "---|" * (len(REPORTED) + 2)]
+            for arm, all_runs in arms.items():
+                runs = [r for r in all_runs if r.get("parent") == parent_key]
+                if not runs:
+                    continue
+                cells = []
+                for key in REPORTED:
+                    mean, low, high = t_interval([r["metrics"][key] for r in runs])
+                    cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}")
+                slopes = [r["wrong_length_slope"] for r in runs if r.get("wrong_length_slope") is not None]
+                slope = f"{statistics.fmean(slopes):+.3f}" if slopes else "–"
+                tokens = [r["generated_tokens"] for r in runs if r.get("generated_tokens")]
+                budget = f"{statistics.fmean(tokens):,.0f}" if tokens else "–"
+                lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + f" | {slope} | {budget} |")
     return "\n".join(lines) + "\n"
 
 
@@ -141,8 +221,15 @@ def main() -> None:
         for seed in args.seeds:
             if any(r["seed"] == seed and r.get("parent") == parent_key and r.get("extra") == extra for r in runs):
                 continue
-            same = done.get((key, seed, parent_key))
-            record = dict(same, reused=True) if same else run_arm(args.config, parent, overrides, seed, extra)
+            if overrides.get(RS_SFT_ARM):
+                rl_run = done.get((stage_config_hash(args.config, {}, extra), seed, parent_key))
+                if rl_run is None or not rl_run.get("generated_tokens"):
+                    raise SystemExit(f"rs_sft seed {seed} matches the token budget of the default RL run with "
+                                     f"the same seed and parent: run `--experiment equal_budget --arms rl` first")
+                same, record = None, run_rs_sft_arm(args.config, parent, seed, extra, rl_run["generated_tokens"])
+            else:
+                same = done.get((key, seed, parent_key))
+                record = dict(same, reused=True) if same else run_arm(args.config, parent, overrides, seed, extra)
             record.pop("parent", None)
             record.pop("extra", None)
             runs.append({**record, "overrides": overrides, "parent": parent_key, "extra": extra})

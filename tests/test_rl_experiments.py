@@ -1,0 +1,34 @@
+"""The bookkeeping of bench/rl_experiments.py: budgets and the per-parent summary tables."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location("rl_experiments", Path(__file__).parents[1] / "bench" / "rl_experiments.py")
+rl_experiments = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(rl_experiments)
+
+
+def test_generated_tokens_counts_completions_of_every_logged_step():
+    log = [{"step": 1, "completions/mean_length": 80.0}, {"step": 2, "completions/mean_length": 70.5},
+           {"step": 2, "train_runtime": 9.0}]
+    assert rl_experiments.generated_tokens(log, completions_per_step=64) == round((80.0 + 70.5) * 64)
+
+
+def test_summary_never_averages_runs_of_different_parents():
+    def run(parent, accuracy, seed):
+        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | {"math_accuracy": accuracy}
+        return {"seed": seed, "parent": parent, "metrics": metrics, "wrong_length_slope": None, "generated_tokens": 100}
+
+    store = {"parents": {}, "runs": {"gain": {"default": [run("old", 0.2, 0), run("old", 0.2, 1),
+                                                          run("new", 0.8, 0), run("new", 0.8, 1)]}}}
+    text = rl_experiments.summarise(store)
+    assert "## gain (parent `old`)" in text and "## gain (parent `new`)" in text
+    assert "| default | 2 | 0.200" in text and "| default | 2 | 0.800" in text
+    assert "0.500" not in text
+
+
+def test_t_interval_widens_with_spread():
+    mean, low, high = rl_experiments.t_interval([0.5, 0.6, 0.7])
+    assert mean == pytest.approx(0.6) and low < 0.5 and high > 0.7
+    assert rl_experiments.t_interval([0.6, 0.6, 0.6])[1:] == pytest.approx((0.6, 0.6))
