@@ -202,13 +202,17 @@ def reasoning_steps(op: str, a: int, b: int) -> list[tuple[str, str]]:
                 borrow = 0
             steps.append((en, zh))
     elif op == "*":
+        # One fact per equation: the product from the times table, then the carry added to it
+        # (a fused "4×7+6=34" step asks a tiny model for two facts in one go; it never learnt them).
         da, carry = _digits(a), 0
         for i, x in enumerate(da):
-            total = x * b + carry
-            expr = f"{x}×{b}" + (f"+{carry}" if carry else "")
+            product = x * b
+            total = product + carry
+            facts = f"{x}×{b}={product}" + (f", {product}+{carry}={total}" if carry else "")
+            facts_zh = f"{x}×{b}={product}" + (f"，{product}+{carry}={total}" if carry else "")
             carry_new = total // 10
-            en = f"{expr}={total}, write {total % 10}" + (f" carry {carry_new}" if carry_new else "")
-            zh = f"{expr}={total}，写{total % 10}" + (f"进{carry_new}" if carry_new else "")
+            en = f"{facts}, write {total % 10}" + (f" carry {carry_new}" if carry_new else "")
+            zh = f"{facts_zh}，写{total % 10}" + (f"进{carry_new}" if carry_new else "")
             steps.append((en, zh))
             carry = carry_new
         if carry:
