@@ -98,3 +98,24 @@ def test_instruction_gold_responses_satisfy_their_constraints():
 def test_eval_instruction_suite_covers_every_constraint_type():
     types = {t.constraints[0]["type"] for t in tasks.instruction_tasks(18, 0, "eval")}
     assert len(types) >= 8
+
+
+def test_world_staleness_comes_from_dvc_status(tmp_path):
+    """`ensure_world` reruns `dvc repro` when a dependency changed, not only when outputs are missing."""
+    import os
+    import subprocess
+    import sys
+
+    from posttrain.world.build import _dvc_stale_stages
+
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    assert _dvc_stale_stages(tmp_path, env) == []  # not a DVC project: nothing to say, no error
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True, env=env)
+    (tmp_path / "generator.py").write_text("open('world.txt', 'w').write('v1')\n")
+    (tmp_path / "dvc.yaml").write_text(
+        f"stages:\n  world_data:\n    cmd: {sys.executable} generator.py\n    deps: [generator.py]\n    outs: [world.txt]\n")
+    subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=tmp_path, check=True, env=env)
+    assert _dvc_stale_stages(tmp_path, env) == []
+    (tmp_path / "generator.py").write_text("open('world.txt', 'w').write('v2')\n")
+    assert _dvc_stale_stages(tmp_path, env) == ["world_data"]
