@@ -42,8 +42,8 @@ EXPERIMENTS: dict[str, dict[str, dict]] = {
                       "off": {"rewards.length": 0.0}},
     # Same generated tokens: RL (the default stage) vs rejection-sampling SFT, i.e. sample groups
     # from the parent on the same prompt pool until RL's completion-token count is spent, keep the
-    # verified ones, fine-tune the parent on them (RFT). The `rs_sft` arm's overrides name the
-    # RL run whose budget it matches; its SFT settings are RS_SFT below.
+    # verified ones, fine-tune the parent on them (RFT). The budget is that of the default RL run
+    # with the same seed and parent; the SFT settings are RS_SFT above.
     "equal_budget": {"rl": {}, "rs_sft": {RS_SFT_ARM: True}},
 }
 REPORTED = ["math_accuracy", "mixed_language_rate", "language_consistency", "mean_len_correct", "mean_len_wrong",
@@ -123,7 +123,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     from posttrain.config import SFTTrainerConfig
     from posttrain.generation import generate, render_chat_prompts
     from posttrain.trainers import sft_args
-    from posttrain.world.build import WorldPaths, pool_share, read_jsonl
+    from stages.reasoning_rl import training_problems
     from stages.rejection_sampling import rejection_reason
 
     cfg = load_config(config_path, overrides={f"stages.reasoning_rl.{k}": v for k, v in extra.items()})
@@ -131,9 +131,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     started = time.time()
     torch.set_num_threads(stage.trainer.threads)
     model, tokenizer = load_checkpoint(parent)
-    pool = pool_share(read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("math_train"),
-                                 ("question", "answer", "language", "level")), "reasoning_rl")
-    problems = [p for p in pool if p["level"] in stage.levels][:stage.prompts]
+    problems = training_problems(stage, cfg.path(cfg.paths.world))
     random.Random(seed).shuffle(problems)
     group, spent, rows, sampled, chunk = stage.trainer.num_generations, 0, [], 0, 8
     while spent < budget and sampled < len(problems):

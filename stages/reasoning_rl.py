@@ -21,6 +21,13 @@ from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_json
 STAGE_VERSION = "reasoning_rl/2"
 
 
+def training_problems(config: ReasoningRLConfig, world_dir: Path) -> list[dict]:
+    """The stage's prompt pool: its share of the math training set, at the configured levels."""
+    source = WorldPaths(world_dir).file("math_train")
+    pool = pool_share(read_jsonl(source, ("question", "answer", "language", "level", "op")), "reasoning_rl")
+    return [p for p in pool if p["level"] in config.levels][:config.prompts]
+
+
 def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     started = time.time()
     torch.set_num_threads(config.trainer.threads)
@@ -28,8 +35,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     model, tokenizer = load_checkpoint(inputs.parent)
 
     source = WorldPaths(Path(inputs.world_dir)).file("math_train")
-    pool = pool_share(read_jsonl(source, ("question", "answer", "language", "level", "op")), "reasoning_rl")
-    problems = [p for p in pool if p["level"] in config.levels][:config.prompts]
+    problems = training_problems(config, Path(inputs.world_dir))
     dataset = Dataset.from_list([{"prompt": [user_turn(p["question"], True)], "answer": p["answer"],
                                   "language": p["language"], "kind": "math", "thinking": True,
                                   "problem_index": i} for i, p in enumerate(problems)])
