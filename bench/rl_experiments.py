@@ -4,6 +4,9 @@ held-out suites. Mean and 95% CI over seeds (t distribution) per arm.
 
     python bench/rl_experiments.py --parent runs/<run>/cold_start_sft/checkpoint \
         --experiment gain --seeds 0 1 2
+    # the parent can be trained here instead, e.g. a cold start that double-checks its answers:
+    python bench/rl_experiments.py --cold-start double_check_share=0.5 --experiment length_reward \
+        --set evaluation.max_new_tokens=256 --set stages.reasoning_rl.trainer.max_completion_length=256
 
 Finished (arm, seed) runs are kept in bench/results/rl_experiments.json and skipped when the
 command is repeated, so a long grid can be filled in over several sessions.
@@ -29,6 +32,7 @@ from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE = RESULTS / "rl_experiments.json"
+PARENTS = Path(__file__).resolve().parent / "parents"   # cold-start checkpoints built by --cold-start (not in git)
 
 RS_SFT_ARM = "rs_sft"
 RS_SFT = {"learning_rate": 2e-4, "epochs": 2, "max_per_prompt": 2}
@@ -74,16 +78,44 @@ def wrong_length_slope(log: list[dict]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
 
 
+def arm_config(config_path: str, overrides: dict, extra: dict):
+    """The pipeline config of an arm: `extra` holds full dotted paths (`--set`, the same for every
+    arm, e.g. `evaluation.max_new_tokens`), the arm's overrides are inside stages.reasoning_rl."""
+    return load_config(config_path, overrides={**extra, **{f"stages.reasoning_rl.{k}": v
+                                                          for k, v in overrides.items()}})
+
+
 def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
-    """Identity of what an arm trains with, so an arm equal to another (e.g. language reward "on"
-    is the default) reuses that arm's runs instead of training them again."""
+    """Identity of what an arm trains and is evaluated with, so an arm equal to another (e.g.
+    language reward "on" is the default) reuses that arm's runs instead of training them again."""
     import hashlib
 
     if overrides.get(RS_SFT_ARM):
         return f"{RS_SFT_ARM}:{stage_config_hash(config_path, {}, extra)}:{json.dumps(RS_SFT, sort_keys=True)}"
-    full = {f"stages.reasoning_rl.{k}": v for k, v in {**extra, **overrides}.items()}
-    stage = load_config(config_path, overrides=full).stage("reasoning_rl").model_dump(mode="json")
-    return hashlib.sha256(json.dumps(stage, sort_keys=True).encode()).hexdigest()[:16]
+    cfg = arm_config(config_path, overrides, extra)
+    identity = {"stage": cfg.stage("reasoning_rl").model_dump(mode="json"),
+                "evaluation": cfg.evaluation.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
+    """A cold-start checkpoint trained from the config's base with `cold_start` overrides inside
+    stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse."""
+    import hashlib
+
+    from posttrain.world.build import base_checkpoint
+    from stages import cold_start_sft
+
+    cfg = load_config(config_path, overrides={**extra, **{f"stages.cold_start_sft.{k}": v for k, v in cold_start.items()}})
+    base = base_checkpoint(cfg, "teacher")
+    identity = {"stage": cfg.stage("cold_start_sft").model_dump(mode="json"), "base": base.digest,
+                "seed": cfg.seed, "version": cold_start_sft.STAGE_VERSION}
+    work = PARENTS / hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    if not (work / "checkpoint" / "config.json").exists():
+        cold_start_sft.run(cfg.stage("cold_start_sft"), StageInputs(
+            work_dir=str(work), world_dir=str(cfg.path(cfg.paths.world)), parent=base, seed=cfg.seed))
+        (work / "identity.json").write_text(json.dumps(identity, indent=2))
+    return work / "checkpoint"
 
 
 def generated_tokens(log: list[dict], completions_per_step: int) -> int:
@@ -95,8 +127,7 @@ def generated_tokens(log: list[dict], completions_per_step: int) -> int:
 def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int, extra: dict) -> dict:
     from stages import reasoning_rl
 
-    full = {f"stages.reasoning_rl.{k}": v for k, v in {**extra, **overrides}.items()}
-    cfg = load_config(config_path, overrides=full)
+    cfg = arm_config(config_path, overrides, extra)
     stage = cfg.stage("reasoning_rl")
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +138,9 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
     return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
             "metrics": {k: after.metrics[k] for k in REPORTED},
             "wrong_length_slope": wrong_length_slope(result.train_log),
-            "generated_tokens": generated_tokens(result.train_log, per_step)}
+            "generated_tokens": generated_tokens(result.train_log, per_step),
+            "heldout_curve": [[row["step"], row["heldout/math_accuracy"]] for row in result.train_log
+                              if "heldout/math_accuracy" in row]}
 
 
 def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: dict, budget: int) -> dict:
@@ -126,7 +159,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     from stages.reasoning_rl import training_problems
     from stages.rejection_sampling import rejection_reason
 
-    cfg = load_config(config_path, overrides={f"stages.reasoning_rl.{k}": v for k, v in extra.items()})
+    cfg = arm_config(config_path, {}, extra)
     stage = cfg.stage("reasoning_rl")
     started = time.time()
     torch.set_num_threads(stage.trainer.threads)
@@ -161,19 +194,22 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
 
 
 def summarise(store: dict) -> str:
-    """One table per (experiment, parent): runs from different parents (e.g. before and after a
-    world rebuild) are never averaged together."""
+    """One table per (experiment, parent, extra overrides): runs from different parents (e.g. before
+    and after a world rebuild) or budgets (`--set trainer.max_steps=...`) are never averaged together."""
     lines = ["# Reasoning-RL experiments (embedded world, held-out suites, mean and 95% CI over seeds)", ""]
     for key, parent in store.get("parents", {}).items():
         lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED))
     for experiment, arms in store.get("runs", {}).items():
-        parents = sorted({r.get("parent") for runs in arms.values() for r in runs}, key=str)
-        for parent_key in parents:
-            lines += ["", f"## {experiment} (parent `{parent_key}`)", "",
+        groups = sorted({(r.get("parent"), json.dumps(r.get("extra") or {}, sort_keys=True))
+                         for runs in arms.values() for r in runs}, key=str)
+        for parent_key, extra in groups:
+            setting = "" if extra == "{}" else f", with `{extra}`"
+            lines += ["", f"## {experiment} (parent `{parent_key}`{setting})", "",
                       "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope | generated tokens |",
                       "|---|---|" + "---|" * (len(REPORTED) + 2)]
             for arm, all_runs in arms.items():
-                runs = [r for r in all_runs if r.get("parent") == parent_key]
+                runs = [r for r in all_runs if r.get("parent") == parent_key
+                        and json.dumps(r.get("extra") or {}, sort_keys=True) == extra]
                 if not runs:
                     continue
                 cells = []
@@ -188,23 +224,40 @@ def summarise(store: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_assignments(items: list[str]) -> dict:
+    import yaml
+
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
+        pairs[key] = yaml.safe_load(value)
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default="configs/default.yaml")
-    parser.add_argument("--parent", required=True, type=Path)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--parent", type=Path, help="cold-start checkpoint every arm starts from")
+    source.add_argument("--cold-start", action="append", metavar="KEY=VALUE",
+                        help="train the parent from the base with this stages.cold_start_sft override")
     parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--set", action="append", default=[], help="extra override for every arm, key=value")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every arm and the parent's evaluation, a full dotted path "
+                             "(stages.reasoning_rl.trainer.max_steps=240, evaluation.max_new_tokens=256)")
     parser.add_argument("--arms", nargs="+", help="run only these arms of the experiment")
     args = parser.parse_args()
-    import yaml
-
-    extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    extra, cold_start = parse_assignments(args.set), parse_assignments(args.cold_start or [])
+    parent_path = args.parent or build_parent(args.config, cold_start, extra).relative_to(Path.cwd())
     store = json.loads(STORE.read_text()) if STORE.exists() else {"parents": {}, "runs": {}}
-    parent = CheckpointRef(path=str(args.parent.absolute()), digest=directory_digest(args.parent))
-    parent_key = f"{args.parent} ({parent.digest[:12]})"
+    parent = CheckpointRef(path=str(parent_path.absolute()), digest=directory_digest(parent_path))
+    parent_key = f"{parent_path} ({parent.digest[:12]})"
     if parent_key not in store["parents"]:
-        store["parents"][parent_key] = evaluate(parent, load_config(args.config), desc="evaluating parent").metrics
+        store["parents"][parent_key] = evaluate(parent, arm_config(args.config, {}, extra),
+                                                desc="evaluating parent").metrics
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run
     for arms in store["runs"].values():
         for records in arms.values():

@@ -2,6 +2,7 @@
 format (think block, then one boxed answer) so RL starts from readable, well-formed reasoning."""
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from posttrain.config import ColdStartSFTConfig
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import numeric_log, resume_point, sft_args, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl
+from posttrain.world.reflection import with_check
 from posttrain.world.tasks import default_math_answer
 
 STAGE_VERSION = "cold_start_sft/1"
@@ -28,11 +30,10 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
 
     # Data: worked solutions in the target format, in each problem's own language only.
     source = WorldPaths(Path(inputs.world_dir)).file("math_train")
-    pool = pool_share(read_jsonl(source, ("question", "answer", "reasoning", "language", "level")), "cold_start")
+    fields = ("question", "answer", "reasoning", "language", "level", "op", "a", "b")
+    pool = pool_share(read_jsonl(source, fields), "cold_start")
     problems = [p for p in pool if p["level"] in config.levels][:config.examples]
-    rows = [{"messages": conversation(
-        p["question"], assemble_response(p["reasoning"], default_math_answer(p["answer"], p["language"])),
-        thinking=True)} for p in problems]
+    rows, double_checked = sft_rows(problems, config.double_check_share, inputs.seed)
 
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
@@ -43,6 +44,20 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
     return StageResult(
         name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent,
         datasets_consumed=[dataset_ref(source)], train_log=log,
-        train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy"))},
+        train_metrics={"examples": len(rows), "double_checked": double_checked,
+                       **summary(log, ("loss", "mean_token_accuracy"))},
         wall_s=time.time() - started,
     )
+
+
+def sft_rows(problems: list[dict], double_check_share: float, seed: int) -> tuple[list[dict], int]:
+    """Chat rows (think block, then the boxed answer sentence) and how many carry a double check."""
+    draw = random.Random(f"double_check/{seed}")
+    rows, checked = [], 0
+    for p in problems:
+        reasoning = p["reasoning"]
+        if draw.random() < double_check_share:
+            reasoning, checked = with_check(reasoning, p["op"], p["a"], p["b"], p["language"]), checked + 1
+        response = assemble_response(reasoning, default_math_answer(p["answer"], p["language"]))
+        rows.append({"messages": conversation(p["question"], response, thinking=True)})
+    return rows, checked

@@ -32,3 +32,30 @@ def test_t_interval_widens_with_spread():
     mean, low, high = rl_experiments.t_interval([0.5, 0.6, 0.7])
     assert mean == pytest.approx(0.6) and low < 0.5 and high > 0.7
     assert rl_experiments.t_interval([0.6, 0.6, 0.6])[1:] == pytest.approx((0.6, 0.6))
+
+
+def test_summary_never_averages_runs_of_different_budgets():
+    def run(extra, accuracy, seed):
+        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | {"math_accuracy": accuracy}
+        return {"seed": seed, "parent": "p", "extra": extra, "metrics": metrics, "wrong_length_slope": None,
+                "generated_tokens": 100}
+
+    long = {"stages.reasoning_rl.trainer.max_steps": 240}
+    store = {"parents": {}, "runs": {"gain": {"default": [run({}, 0.2, 0), run({}, 0.2, 1),
+                                                          run(long, 0.8, 0), run(long, 0.8, 1)]}}}
+    text = rl_experiments.summarise(store)
+    assert "## gain (parent `p`)" in text and '"stages.reasoning_rl.trainer.max_steps": 240' in text
+    assert "| default | 2 | 0.200" in text and "| default | 2 | 0.800" in text and "0.500" not in text
+
+
+def test_arm_overrides_land_in_the_stage_and_set_takes_full_paths():
+    config = str(Path(__file__).parents[1] / "configs" / "default.yaml")
+    cfg = rl_experiments.arm_config(config, {"trainer.loss_type": "grpo"},
+                                    {"evaluation.max_new_tokens": 256, "stages.reasoning_rl.trainer.max_steps": 7})
+    stage = cfg.stage("reasoning_rl")
+    assert (stage.trainer.loss_type, stage.trainer.max_steps, cfg.evaluation.max_new_tokens) == ("grpo", 7, 256)
+    same = rl_experiments.stage_config_hash(config, {}, {})
+    assert rl_experiments.stage_config_hash(config, {}, {"evaluation.max_new_tokens": 256}) != same
+    assert rl_experiments.stage_config_hash(config, {"trainer.loss_type": "dapo"}, {}) == same   # the default
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        rl_experiments.parse_assignments(["evaluation.max_new_tokens"])

@@ -119,3 +119,50 @@ def test_world_staleness_comes_from_dvc_status(tmp_path):
     assert _dvc_stale_stages(tmp_path, env) == []
     (tmp_path / "generator.py").write_text("open('world.txt', 'w').write('v2')\n")
     assert _dvc_stale_stages(tmp_path, env) == ["world_data"]
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_double_check_is_correct_arithmetic_and_still_grades_as_right(op):
+    import re
+
+    from posttrain.rewards import language_consistency
+    from posttrain.rewards.format import format_ok
+    from posttrain.rewards.math_verifier import verify_math
+    from posttrain.world.reflection import with_check
+
+    rng = random.Random(f"check{op}")
+    for _ in range(100):
+        a, b = rng.randint(10, 999), rng.randint(2, 9) if op == "*" else rng.randint(10, 999)
+        if op == "-" and a < b:
+            a, b = b, a
+        answer = str(tasks.compute(op, a, b))
+        for language in ("en", "zh"):
+            plain = tasks.render_reasoning(op, a, b, language)
+            checked = with_check(plain, op, a, b, language)
+            check = checked[len(plain):]
+            assert checked.startswith(plain) and check.endswith(answer), check
+            equations = re.findall(r"(\d+(?:[-+×]\d+)+)=(\d+)", check)
+            assert equations, check
+            for lhs, rhs in equations:
+                assert eval(lhs.replace("×", "*")) == int(rhs), (lhs, rhs, check)
+            response = assemble_response(checked, tasks.default_math_answer(answer, language))
+            assert verify_math(response, answer).reward == 1.0
+            assert format_ok(response) and language_consistency([response], [language]) == [1.0]
+
+
+def test_cold_start_rows_double_check_the_configured_share():
+    from stages.cold_start_sft import sft_rows
+
+    problems = [p.to_row() for p in tasks.math_problems(200, 5, "train")]
+    marker = ("check ", "验算")
+
+    def checked(rows):
+        return sum(any(m in r["messages"][-1]["content"] for m in marker) for r in rows)
+
+    none, n_none = sft_rows(problems, 0.0, seed=1)
+    half, n_half = sft_rows(problems, 0.5, seed=1)
+    every, n_every = sft_rows(problems, 1.0, seed=1)
+    assert (checked(none), n_none) == (0, 0)
+    assert checked(every) == n_every == 200
+    assert checked(half) == n_half and 70 < n_half < 130
+    assert [r["messages"][0] for r in none] == [r["messages"][0] for r in every]   # same questions
