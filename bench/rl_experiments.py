@@ -108,14 +108,27 @@ def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
 
     cfg = load_config(config_path, overrides={**extra, **{f"stages.cold_start_sft.{k}": v for k, v in cold_start.items()}})
     base = base_checkpoint(cfg, "teacher")
-    identity = {"stage": cfg.stage("cold_start_sft").model_dump(mode="json"), "base": base.digest,
-                "seed": cfg.seed, "version": cold_start_sft.STAGE_VERSION}
+    # Fields left at their defaults stay out, so a field added later does not orphan built parents.
+    identity = {"stage": cfg.stage("cold_start_sft").model_dump(mode="json", exclude_defaults=True),
+                "base": base.digest, "seed": cfg.seed, "version": cold_start_sft.STAGE_VERSION}
     work = PARENTS / hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     if not (work / "checkpoint" / "config.json").exists():
         cold_start_sft.run(cfg.stage("cold_start_sft"), StageInputs(
             work_dir=str(work), world_dir=str(cfg.path(cfg.paths.world)), parent=base, seed=cfg.seed))
         (work / "identity.json").write_text(json.dumps(identity, indent=2))
     return work / "checkpoint"
+
+
+def accuracy_by_kind(world_dir: Path, correct: list[float]) -> dict[str, float]:
+    """Held-out math pass@1 per level and operation ("L2*": level-2 multiplication), from the
+    evaluation's per-item scores: an average gain can hide one kind of problem collapsing."""
+    from posttrain.world.build import WorldPaths, read_jsonl
+
+    rows = read_jsonl(WorldPaths(world_dir).file("eval_math"), ("level", "op"))
+    kinds: dict[str, list[float]] = {}
+    for row, score in zip(rows, correct, strict=True):
+        kinds.setdefault(f"L{row['level']}{row['op']}", []).append(score)
+    return {kind: statistics.fmean(scores) for kind, scores in sorted(kinds.items())}
 
 
 def generated_tokens(log: list[dict], completions_per_step: int) -> int:
@@ -137,6 +150,7 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
     per_step = stage.trainer.prompts_per_step * stage.trainer.num_generations
     return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
             "metrics": {k: after.metrics[k] for k in REPORTED},
+            "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
             "wrong_length_slope": wrong_length_slope(result.train_log),
             "generated_tokens": generated_tokens(result.train_log, per_step),
             "heldout_curve": [[row["step"], row["heldout/math_accuracy"]] for row in result.train_log
@@ -189,8 +203,16 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
         checkpoint = save_checkpoint(trainer.model, tokenizer, Path(tmp) / "checkpoint")
         after = evaluate(checkpoint, cfg, desc=f"evaluating rs-sft seed {seed}")
     return {"seed": seed, "wall_s": time.time() - started, "metrics": {k: after.metrics[k] for k in REPORTED},
+            "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
             "wrong_length_slope": None, "generated_tokens": spent, "budget_tokens": budget,
             "prompts_sampled": sampled, "sft_rows": len(rows), "rs_sft": RS_SFT}
+
+
+def kinds_cell(by_kind: list[dict | None]) -> str:
+    known = [k for k in by_kind if k]
+    if not known:
+        return "–"
+    return " ".join(f"{kind} {statistics.fmean(k[kind] for k in known):.2f}" for kind in known[0])
 
 
 def summarise(store: dict) -> str:
@@ -198,15 +220,17 @@ def summarise(store: dict) -> str:
     and after a world rebuild) or budgets (`--set trainer.max_steps=...`) are never averaged together."""
     lines = ["# Reasoning-RL experiments (embedded world, held-out suites, mean and 95% CI over seeds)", ""]
     for key, parent in store.get("parents", {}).items():
-        lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED))
+        lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED)
+                     + (f"; by kind {kinds_cell([parent['math_by_kind']])}" if "math_by_kind" in parent else ""))
     for experiment, arms in store.get("runs", {}).items():
         groups = sorted({(r.get("parent"), json.dumps(r.get("extra") or {}, sort_keys=True))
                          for runs in arms.values() for r in runs}, key=str)
         for parent_key, extra in groups:
             setting = "" if extra == "{}" else f", with `{extra}`"
             lines += ["", f"## {experiment} (parent `{parent_key}`{setting})", "",
-                      "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope | generated tokens |",
-                      "|---|---|" + "---|" * (len(REPORTED) + 2)]
+                      "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope | generated tokens"
+                      " | math by kind (mean over seeds) |",
+                      "|---|---|" + "---|" * (len(REPORTED) + 3)]
             for arm, all_runs in arms.items():
                 runs = [r for r in all_runs if r.get("parent") == parent_key
                         and json.dumps(r.get("extra") or {}, sort_keys=True) == extra]
@@ -220,7 +244,8 @@ def summarise(store: dict) -> str:
                 slope = f"{statistics.fmean(slopes):+.3f}" if slopes else "–"
                 tokens = [r["generated_tokens"] for r in runs if r.get("generated_tokens")]
                 budget = f"{statistics.fmean(tokens):,.0f}" if tokens else "–"
-                lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + f" | {slope} | {budget} |")
+                lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + f" | {slope} | {budget} | "
+                             + kinds_cell([r.get("math_by_kind") for r in runs]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -256,8 +281,10 @@ def main() -> None:
     parent = CheckpointRef(path=str(parent_path.absolute()), digest=directory_digest(parent_path))
     parent_key = f"{parent_path} ({parent.digest[:12]})"
     if parent_key not in store["parents"]:
-        store["parents"][parent_key] = evaluate(parent, arm_config(args.config, {}, extra),
-                                                desc="evaluating parent").metrics
+        parent_cfg = arm_config(args.config, {}, extra)
+        parent_eval = evaluate(parent, parent_cfg, desc="evaluating parent")
+        store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": accuracy_by_kind(
+            parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run
     for arms in store["runs"].values():
         for records in arms.values():

@@ -17,7 +17,7 @@ from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import numeric_log, resume_point, sft_args, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl
 from posttrain.world.reflection import with_check
-from posttrain.world.tasks import default_math_answer
+from posttrain.world.tasks import default_math_answer, render_reasoning
 
 STAGE_VERSION = "cold_start_sft/1"
 
@@ -33,7 +33,7 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
     fields = ("question", "answer", "reasoning", "language", "level", "op", "a", "b")
     pool = pool_share(read_jsonl(source, fields), "cold_start")
     problems = [p for p in pool if p["level"] in config.levels][:config.examples]
-    rows, double_checked = sft_rows(problems, config.double_check_share, inputs.seed)
+    rows, altered = sft_rows(problems, config, inputs.seed)
 
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
@@ -44,20 +44,30 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
     return StageResult(
         name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent,
         datasets_consumed=[dataset_ref(source)], train_log=log,
-        train_metrics={"examples": len(rows), "double_checked": double_checked,
+        train_metrics={"examples": len(rows), **altered,
                        **summary(log, ("loss", "mean_token_accuracy"))},
         wall_s=time.time() - started,
     )
 
 
-def sft_rows(problems: list[dict], double_check_share: float, seed: int) -> tuple[list[dict], int]:
-    """Chat rows (think block, then the boxed answer sentence) and how many carry a double check."""
-    draw = random.Random(f"double_check/{seed}")
-    rows, checked = [], 0
+def sft_rows(problems: list[dict], config: ColdStartSFTConfig, seed: int) -> tuple[list[dict], dict[str, int]]:
+    """Chat rows (think block, then the boxed answer sentence) and how many of them were altered.
+
+    The two alterations are off in the pipeline; the RL benches switch them on to give a reward
+    something to remove: `mixed_language_share` renders a solution's steps half in the other
+    language (what R1's language-consistency reward is for), `double_check_share` appends a
+    redundant check (what a length reward is for).
+    """
+    mix, check = random.Random(f"mixed_language/{seed}"), random.Random(f"double_check/{seed}")
+    rows, altered = [], {"double_checked": 0, "mixed_language": 0}
     for p in problems:
         reasoning = p["reasoning"]
-        if draw.random() < double_check_share:
-            reasoning, checked = with_check(reasoning, p["op"], p["a"], p["b"], p["language"]), checked + 1
+        if mix.random() < config.mixed_language_share:
+            reasoning = render_reasoning(p["op"], p["a"], p["b"], p["language"], english_step_share=0.5, rng=mix)
+            altered["mixed_language"] += reasoning != p["reasoning"]   # every step may draw its own language
+        if check.random() < config.double_check_share:
+            reasoning = with_check(reasoning, p["op"], p["a"], p["b"], p["language"])
+            altered["double_checked"] += 1
         response = assemble_response(reasoning, default_math_answer(p["answer"], p["language"]))
         rows.append({"messages": conversation(p["question"], response, thinking=True)})
-    return rows, checked
+    return rows, altered

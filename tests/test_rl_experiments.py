@@ -59,3 +59,15 @@ def test_arm_overrides_land_in_the_stage_and_set_takes_full_paths():
     assert rl_experiments.stage_config_hash(config, {"trainer.loss_type": "dapo"}, {}) == same   # the default
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         rl_experiments.parse_assignments(["evaluation.max_new_tokens"])
+
+
+def test_accuracy_by_kind_splits_held_out_math_by_level_and_operation(tmp_path):
+    import json
+
+    rows = [{"level": 1, "op": "+"}, {"level": 2, "op": "*"}, {"level": 1, "op": "+"}, {"level": 2, "op": "*"}]
+    (tmp_path / "world").mkdir()
+    (tmp_path / "world" / "eval_math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert rl_experiments.accuracy_by_kind(tmp_path, [1.0, 0.0, 0.0, 0.0]) == {"L1+": 0.5, "L2*": 0.0}
+    with pytest.raises(ValueError):
+        rl_experiments.accuracy_by_kind(tmp_path, [1.0])   # scores of another suite
+    assert rl_experiments.kinds_cell([{"L1+": 0.5, "L2*": 0.0}, {"L1+": 1.0, "L2*": 0.5}, None]) == "L1+ 0.75 L2* 0.25"

@@ -150,19 +150,25 @@ def test_double_check_is_correct_arithmetic_and_still_grades_as_right(op):
             assert format_ok(response) and language_consistency([response], [language]) == [1.0]
 
 
-def test_cold_start_rows_double_check_the_configured_share():
+def test_cold_start_rows_alter_the_configured_shares():
+    from posttrain.config import ColdStartSFTConfig
+    from posttrain.evaluation import reasoning_consistency
     from stages.cold_start_sft import sft_rows
 
     problems = [p.to_row() for p in tasks.math_problems(200, 5, "train")]
-    marker = ("check ", "验算")
 
-    def checked(rows):
-        return sum(any(m in r["messages"][-1]["content"] for m in marker) for r in rows)
+    def counts(**shares):
+        rows, altered = sft_rows(problems, ColdStartSFTConfig(**shares), seed=1)
+        replies = [r["messages"][-1]["content"] for r in rows]
+        checked = sum(("check " in t or "验算" in t) for t in replies)
+        mixed = sum(reasoning_consistency(t, p["language"]) < 1.0 for t, p in zip(replies, problems))
+        return checked, mixed, altered, rows
 
-    none, n_none = sft_rows(problems, 0.0, seed=1)
-    half, n_half = sft_rows(problems, 0.5, seed=1)
-    every, n_every = sft_rows(problems, 1.0, seed=1)
-    assert (checked(none), n_none) == (0, 0)
-    assert checked(every) == n_every == 200
-    assert checked(half) == n_half and 70 < n_half < 130
-    assert [r["messages"][0] for r in none] == [r["messages"][0] for r in every]   # same questions
+    checked, mixed, altered, plain = counts()
+    assert (checked, mixed, altered) == (0, 0, {"double_checked": 0, "mixed_language": 0})
+    checked, mixed, altered, rows = counts(double_check_share=1.0)
+    assert checked == altered["double_checked"] == 200 and mixed == 0
+    checked, mixed, altered, rows = counts(double_check_share=0.5, mixed_language_share=0.5)
+    assert checked == altered["double_checked"] and 70 < checked < 130
+    assert mixed == altered["mixed_language"] and 50 < mixed < 130
+    assert [r["messages"][0] for r in rows] == [r["messages"][0] for r in plain]   # same questions
