@@ -4,9 +4,11 @@ held-out suites. Mean and 95% CI over seeds (t distribution) per arm.
 
     python bench/rl_experiments.py --parent runs/<run>/cold_start_sft/checkpoint \
         --experiment gain --seeds 0 1 2
-    # the parent can be trained here instead, e.g. a cold start that double-checks its answers:
-    python bench/rl_experiments.py --cold-start double_check_share=0.5 --experiment length_reward \
+    # or train the parent here, from a cold start that gives the reward under test something to
+    # remove: answers double-checked (length reward, loss type) or steps in two languages
+    python bench/rl_experiments.py --cold-start double_check_share=0.9 --experiment length_reward \
         --set evaluation.max_new_tokens=256 --set stages.reasoning_rl.trainer.max_completion_length=256
+    python bench/rl_experiments.py --cold-start mixed_language_share=0.5 --experiment language_reward
 
 Finished (arm, seed) runs are kept in bench/results/rl_experiments.json and skipped when the
 command is repeated, so a long grid can be filled in over several sessions.
@@ -98,9 +100,10 @@ def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
+def build_parent(config_path: str, cold_start: dict, extra: dict, dry_run: bool = False) -> Path:
     """A cold-start checkpoint trained from the config's base with `cold_start` overrides inside
-    stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse."""
+    stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse
+    (`dry_run`: only where it lives)."""
     import hashlib
 
     from posttrain.world.build import base_checkpoint
@@ -112,6 +115,8 @@ def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
     identity = {"stage": cfg.stage("cold_start_sft").model_dump(mode="json", exclude_defaults=True),
                 "base": base.digest, "seed": cfg.seed, "version": cold_start_sft.STAGE_VERSION}
     work = PARENTS / hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    if dry_run:
+        return work / "checkpoint"
     if not (work / "checkpoint" / "config.json").exists():
         cold_start_sft.run(cfg.stage("cold_start_sft"), StageInputs(
             work_dir=str(work), world_dir=str(cfg.path(cfg.paths.world)), parent=base, seed=cfg.seed))
