@@ -385,10 +385,14 @@ def test_adversarial_under_one_second(answer, gold):
 
 @pytest.mark.parametrize("answer", ["9^{9^{9^9}}", "100000!", "10^{10^{10}}", "(" * 500 + "1" + ")" * 500,
                                     "1" * 100_000])
-def test_cas_bombs_are_rejected_before_sympy(answer):
-    t0 = time.perf_counter()
+def test_cas_bombs_are_rejected_before_sympy(answer, monkeypatch):
+    # Asserted by behaviour, not a stopwatch (a loaded machine made the 0.05 s bound flaky): the
+    # sympy worker must never be asked about these.
+    def no_cas(*args):
+        raise AssertionError("the sympy worker was asked")
+
+    monkeypatch.setattr(mv._WORKER, "equal", no_cas)
     assert verify_math(B(answer), "1").reason == "too_expensive"
-    assert time.perf_counter() - t0 < 0.05  # cheap pre-check, no CAS involved
 
 
 # --- fast path -----------------------------------------------------------------------------------
