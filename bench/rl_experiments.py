@@ -80,11 +80,10 @@ def wrong_length_slope(log: list[dict]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
 
 
-def arm_config(config_path: str, overrides: dict, extra: dict):
+def arm_config(config_path: str, overrides: dict, extra: dict, stage: str = "reasoning_rl"):
     """The pipeline config of an arm: `extra` holds full dotted paths (`--set`, the same for every
-    arm, e.g. `evaluation.max_new_tokens`), the arm's overrides are inside stages.reasoning_rl."""
-    return load_config(config_path, overrides={**extra, **{f"stages.reasoning_rl.{k}": v
-                                                          for k, v in overrides.items()}})
+    arm, e.g. `evaluation.max_new_tokens`), the arm's overrides are inside stages.<stage>."""
+    return load_config(config_path, overrides={**extra, **{f"stages.{stage}.{k}": v for k, v in overrides.items()}})
 
 
 def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
@@ -100,23 +99,20 @@ def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_parent(config_path: str, cold_start: dict, extra: dict, dry_run: bool = False) -> Path:
+def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
     """A cold-start checkpoint trained from the config's base with `cold_start` overrides inside
-    stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse
-    (`dry_run`: only where it lives)."""
+    stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse."""
     import hashlib
 
     from posttrain.world.build import base_checkpoint
     from stages import cold_start_sft
 
-    cfg = load_config(config_path, overrides={**extra, **{f"stages.cold_start_sft.{k}": v for k, v in cold_start.items()}})
+    cfg = arm_config(config_path, cold_start, extra, stage="cold_start_sft")
     base = base_checkpoint(cfg, "teacher")
     # Fields left at their defaults stay out, so a field added later does not orphan built parents.
     identity = {"stage": cfg.stage("cold_start_sft").model_dump(mode="json", exclude_defaults=True),
                 "base": base.digest, "seed": cfg.seed, "version": cold_start_sft.STAGE_VERSION}
     work = PARENTS / hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    if dry_run:
-        return work / "checkpoint"
     if not (work / "checkpoint" / "config.json").exists():
         cold_start_sft.run(cfg.stage("cold_start_sft"), StageInputs(
             work_dir=str(work), world_dir=str(cfg.path(cfg.paths.world)), parent=base, seed=cfg.seed))
@@ -220,6 +216,10 @@ def kinds_cell(by_kind: list[dict | None]) -> str:
     return " ".join(f"{kind} {statistics.fmean(k[kind] for k in known):.2f}" for kind in known[0])
 
 
+def setting_of(run: dict) -> str:
+    return json.dumps(run.get("extra") or {}, sort_keys=True)
+
+
 def summarise(store: dict) -> str:
     """One table per (experiment, parent, extra overrides): runs from different parents (e.g. before
     and after a world rebuild) or budgets (`--set trainer.max_steps=...`) are never averaged together."""
@@ -228,8 +228,7 @@ def summarise(store: dict) -> str:
         lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED)
                      + (f"; by kind {kinds_cell([parent['math_by_kind']])}" if "math_by_kind" in parent else ""))
     for experiment, arms in store.get("runs", {}).items():
-        groups = sorted({(r.get("parent"), json.dumps(r.get("extra") or {}, sort_keys=True))
-                         for runs in arms.values() for r in runs}, key=str)
+        groups = sorted({(r.get("parent"), setting_of(r)) for runs in arms.values() for r in runs}, key=str)
         for parent_key, extra in groups:
             setting = "" if extra == "{}" else f", with `{extra}`"
             lines += ["", f"## {experiment} (parent `{parent_key}`{setting})", "",
@@ -237,8 +236,7 @@ def summarise(store: dict) -> str:
                       " | math by kind (mean over seeds) |",
                       "|---|---|" + "---|" * (len(REPORTED) + 3)]
             for arm, all_runs in arms.items():
-                runs = [r for r in all_runs if r.get("parent") == parent_key
-                        and json.dumps(r.get("extra") or {}, sort_keys=True) == extra]
+                runs = [r for r in all_runs if (r.get("parent"), setting_of(r)) == (parent_key, extra)]
                 if not runs:
                     continue
                 cells = []
