@@ -54,6 +54,8 @@ EXPERIMENTS: dict[str, dict[str, dict]] = {
 }
 REPORTED = ["math_accuracy", "mixed_language_rate", "language_consistency", "mean_len_correct", "mean_len_wrong",
             "format_rate", "truncation_rate"]
+# Held-out math measured by more_math_metrics; runs recorded before it existed show "–".
+MORE = ["math_training_phrasing", "math_sampled_pass1"]
 
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the install).
@@ -132,6 +134,41 @@ def accuracy_by_kind(world_dir: Path, correct: list[float]) -> dict[str, float]:
     return {kind: statistics.fmean(scores) for kind, scores in sorted(kinds.items())}
 
 
+# R1's pass@1: the mean correctness of k samples at temperature 0.6, top-p 0.95 (DeepSeek-R1, section 3.1).
+SAMPLED_PASS1 = {"samples": 4, "temperature": 0.6, "top_p": 0.95}
+
+
+def more_math_metrics(checkpoint: CheckpointRef, cfg) -> dict[str, float]:
+    """Held-out math beyond the greedy suite score: the same problems asked with training
+    phrasings (greedy), and R1's sampled pass@1 on the suite. Greedy hides a policy that has become
+    more reliable when sampled; the suite's unseen phrasings hide a gain on unseen problems."""
+    from posttrain.chat import user_turn
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.generation import generate, render_chat_prompts
+    from posttrain.rewards.math_verifier import verify_math
+    from posttrain.world.build import WorldPaths, read_jsonl
+    from posttrain.world.rephrase import with_training_phrasing
+
+    rows = read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("eval_math"),
+                      ("question", "answer", "language", "op", "a", "b"))
+    model, tokenizer = load_checkpoint(checkpoint, for_training=False)
+
+    def prompts(questions: list[str]) -> list[str]:
+        return render_chat_prompts(tokenizer, [[user_turn(q, True)] for q in questions])
+
+    def score(outputs) -> float:
+        return statistics.fmean(statistics.fmean(verify_math(g.text, r["answer"]).reward for g in group)
+                                for group, r in zip(outputs, rows, strict=True))
+
+    budget = dict(max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size)
+    rephrased = generate(model, tokenizer, prompts(with_training_phrasing(rows)), **budget,
+                         desc="held-out problems, training phrasings")
+    sampled = generate(model, tokenizer, prompts([r["question"] for r in rows]), **budget, do_sample=True,
+                       temperature=SAMPLED_PASS1["temperature"], top_p=SAMPLED_PASS1["top_p"],
+                       num_samples=SAMPLED_PASS1["samples"], desc="sampled pass@1")
+    return {"math_training_phrasing": score(rephrased), "math_sampled_pass1": score(sampled)}
+
+
 def generated_tokens(log: list[dict], completions_per_step: int) -> int:
     """Completion tokens RL generated: mean completion length x completions, over logged steps."""
     return round(sum(row["completions/mean_length"] * completions_per_step
@@ -148,9 +185,10 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
         result = reasoning_rl.run(stage, StageInputs(
             work_dir=tmp, world_dir=str(cfg.path(cfg.paths.world)), parent=parent, seed=seed))
         after = evaluate(result.checkpoint, cfg, desc=f"evaluating seed {seed}")
+        more = more_math_metrics(result.checkpoint, cfg)
     per_step = stage.trainer.prompts_per_step * stage.trainer.num_generations
     return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
-            "metrics": {k: after.metrics[k] for k in REPORTED},
+            "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
             "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
             "wrong_length_slope": wrong_length_slope(result.train_log),
             "generated_tokens": generated_tokens(result.train_log, per_step),
@@ -203,7 +241,9 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
         trainer.train()
         checkpoint = save_checkpoint(trainer.model, tokenizer, Path(tmp) / "checkpoint")
         after = evaluate(checkpoint, cfg, desc=f"evaluating rs-sft seed {seed}")
-    return {"seed": seed, "wall_s": time.time() - started, "metrics": {k: after.metrics[k] for k in REPORTED},
+        more = more_math_metrics(checkpoint, cfg)
+    return {"seed": seed, "wall_s": time.time() - started,
+            "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
             "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
             "wrong_length_slope": None, "generated_tokens": spent, "budget_tokens": budget,
             "prompts_sampled": sampled, "sft_rows": len(rows), "rs_sft": RS_SFT}
@@ -225,24 +265,29 @@ def summarise(store: dict) -> str:
     and after a world rebuild) or budgets (`--set trainer.max_steps=...`) are never averaged together."""
     lines = ["# Reasoning-RL experiments (embedded world, held-out suites, mean and 95% CI over seeds)", ""]
     for key, parent in store.get("parents", {}).items():
-        lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {v:.3f}" for k, v in parent.items() if k in REPORTED)
+        lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {parent[k]:.3f}" for k in REPORTED + MORE if k in parent)
                      + (f"; by kind {kinds_cell([parent['math_by_kind']])}" if "math_by_kind" in parent else ""))
     for experiment, arms in store.get("runs", {}).items():
         groups = sorted({(r.get("parent"), setting_of(r)) for runs in arms.values() for r in runs}, key=str)
         for parent_key, extra in groups:
             setting = "" if extra == "{}" else f", with `{extra}`"
             lines += ["", f"## {experiment} (parent `{parent_key}`{setting})", "",
-                      "| arm | seeds | " + " | ".join(REPORTED) + " | wrong-length slope | generated tokens"
+                      "| arm | seeds | " + " | ".join(REPORTED + MORE) + " | wrong-length slope | generated tokens"
                       " | math by kind (mean over seeds) |",
-                      "|---|---|" + "---|" * (len(REPORTED) + 3)]
+                      "|---|---|" + "---|" * (len(REPORTED + MORE) + 3)]
             for arm, all_runs in arms.items():
                 runs = [r for r in all_runs if (r.get("parent"), setting_of(r)) == (parent_key, extra)]
                 if not runs:
                     continue
                 cells = []
-                for key in REPORTED:
-                    mean, low, high = t_interval([r["metrics"][key] for r in runs])
-                    cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}")
+                for key in REPORTED + MORE:
+                    values = [r["metrics"][key] for r in runs if key in r["metrics"]]
+                    if not values:
+                        cells.append("–")
+                        continue
+                    mean, low, high = t_interval(values)
+                    cell = f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}"
+                    cells.append(cell + (f" ({len(values)} seeds)" if len(values) < len(runs) else ""))
                 slopes = [r["wrong_length_slope"] for r in runs if r.get("wrong_length_slope") is not None]
                 slope = f"{statistics.fmean(slopes):+.3f}" if slopes else "–"
                 tokens = [r["generated_tokens"] for r in runs if r.get("generated_tokens")]
@@ -277,17 +322,22 @@ def main() -> None:
                         help="config override for every arm and the parent's evaluation, a full dotted path "
                              "(stages.reasoning_rl.trainer.max_steps=240, evaluation.max_new_tokens=256)")
     parser.add_argument("--arms", nargs="+", help="run only these arms of the experiment")
+    parser.add_argument("--redo", action="store_true",
+                        help="train and evaluate again the (arm, seed) runs already recorded, replacing their "
+                             "records (e.g. to measure metrics added since)")
     args = parser.parse_args()
     extra, cold_start = parse_assignments(args.set), parse_assignments(args.cold_start or [])
     parent_path = args.parent or build_parent(args.config, cold_start, extra).relative_to(Path.cwd())
     store = json.loads(STORE.read_text()) if STORE.exists() else {"parents": {}, "runs": {}}
     parent = CheckpointRef(path=str(parent_path.absolute()), digest=directory_digest(parent_path))
     parent_key = f"{parent_path} ({parent.digest[:12]})"
+    parent_cfg = arm_config(args.config, {}, extra)
     if parent_key not in store["parents"]:
-        parent_cfg = arm_config(args.config, {}, extra)
         parent_eval = evaluate(parent, parent_cfg, desc="evaluating parent")
         store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": accuracy_by_kind(
             parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
+    if any(k not in store["parents"][parent_key] for k in MORE):
+        store["parents"][parent_key].update(more_math_metrics(parent, parent_cfg))
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run
     for arms in store["runs"].values():
         for records in arms.values():
@@ -300,7 +350,8 @@ def main() -> None:
         runs = store["runs"].setdefault(args.experiment, {}).setdefault(arm, [])
         key = stage_config_hash(args.config, overrides, extra)
         for seed in args.seeds:
-            if any(r["seed"] == seed and r.get("parent") == parent_key and r.get("extra") == extra for r in runs):
+            recorded = [r for r in runs if r["seed"] == seed and r.get("parent") == parent_key and r.get("extra") == extra]
+            if recorded and not args.redo:
                 continue
             if overrides.get(RS_SFT_ARM):
                 rl_run = done.get((stage_config_hash(args.config, {}, extra), seed, parent_key))
@@ -309,10 +360,11 @@ def main() -> None:
                                      f"the same seed and parent: run `--experiment equal_budget --arms rl` first")
                 same, record = None, run_rs_sft_arm(args.config, parent, seed, extra, rl_run["generated_tokens"])
             else:
-                same = done.get((key, seed, parent_key))
+                same = None if args.redo else done.get((key, seed, parent_key))
                 record = dict(same, reused=True) if same else run_arm(args.config, parent, overrides, seed, extra)
             record.pop("parent", None)
             record.pop("extra", None)
+            runs[:] = [r for r in runs if not any(r is old for old in recorded)]
             runs.append({**record, "overrides": overrides, "parent": parent_key, "extra": extra})
             done[(key, seed, parent_key)] = runs[-1]
             RESULTS.mkdir(exist_ok=True)

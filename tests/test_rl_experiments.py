@@ -71,3 +71,19 @@ def test_accuracy_by_kind_splits_held_out_math_by_level_and_operation(tmp_path):
     with pytest.raises(ValueError):
         rl_experiments.accuracy_by_kind(tmp_path, [1.0])   # scores of another suite
     assert rl_experiments.kinds_cell([{"L1+": 0.5, "L2*": 0.0}, {"L1+": 1.0, "L2*": 0.5}, None]) == "L1+ 0.75 L2* 0.25"
+
+
+def test_summary_averages_later_metrics_only_over_the_runs_that_have_them():
+    def run(seed, **more):
+        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | more
+        return {"seed": seed, "parent": "p", "metrics": metrics, "wrong_length_slope": None, "generated_tokens": 1}
+
+    store = {"parents": {}, "runs": {"gain": {
+        "old": [run(0), run(1)],
+        "mixed": [run(0), run(1, math_sampled_pass1=0.25, math_training_phrasing=0.5),
+                  run(2, math_sampled_pass1=0.75, math_training_phrasing=0.5)]}}}
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in rl_experiments.summarise(store).splitlines()
+            if line.startswith("| old") or line.startswith("| mixed")}
+    sampled = 2 + len(rl_experiments.REPORTED) + rl_experiments.MORE.index("math_sampled_pass1")
+    assert rows["old"][sampled] == "–"
+    assert rows["mixed"][sampled].startswith("0.500 [") and rows["mixed"][sampled].endswith("(2 seeds)")

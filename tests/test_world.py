@@ -172,3 +172,30 @@ def test_cold_start_rows_alter_the_configured_shares():
     assert checked == altered["double_checked"] and 70 < checked < 130
     assert mixed == altered["mixed_language"] and 50 < mixed < 130
     assert [r["messages"][0] for r in rows] == [r["messages"][0] for r in plain]   # same questions
+
+
+def test_held_out_problems_re_asked_with_training_phrasings():
+    import re
+
+    from posttrain.world.rephrase import problem_kind, with_training_phrasing
+
+    def phrased_by(question: str, templates: list[str], row: dict) -> bool:
+        def pattern(template: str) -> str:
+            parts = re.split(r"(\{\w+\})", template)
+            fill = {"{a}": str(row["a"]), "{b}": str(row["b"]), "{op}": tasks.OP_SYMBOL[row["op"]]}
+            return "".join(re.escape(fill[p]) if p in fill else ".+?" if p.startswith("{") else re.escape(p)
+                           for p in parts)
+        return any(re.fullmatch(pattern(t), question) for t in templates)
+
+    rows = [p.to_row() for p in tasks.math_problems(300, 2, "eval")]
+    questions = with_training_phrasing(rows, seed=3)
+    assert questions == with_training_phrasing(rows, seed=3)
+    kinds = {problem_kind(r) for r in rows}
+    assert kinds == {"bare", "word"}
+    for row, question in zip(rows, questions):
+        kind = problem_kind(row)
+        train_variants, eval_variants = tasks.TEMPLATES[(row["language"], kind, "any" if kind == "bare" else row["op"])]
+        assert phrased_by(row["question"], eval_variants, row), (kind, row["question"])
+        assert phrased_by(question, train_variants, row), (kind, question)
+    train = [p.question for p in tasks.math_problems(3000, 1, "train")]
+    tasks.check_no_overlap(questions, train)   # the operands are still held out
