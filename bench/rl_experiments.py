@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -297,6 +298,11 @@ def summarise(store: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# YAML 1.1 (PyYAML) reads "1e-4" as a string: the config would still validate it, but the
+# recorded settings would show a string and no longer match the same setting written "0.0001".
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def parse_assignments(items: list[str]) -> dict:
     import yaml
 
@@ -305,7 +311,8 @@ def parse_assignments(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SystemExit(f"expected KEY=VALUE, got {item!r}")
-        pairs[key] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        pairs[key] = float(parsed) if isinstance(parsed, str) and NUMBER.fullmatch(parsed) else parsed
     return pairs
 
 

@@ -87,3 +87,9 @@ def test_summary_averages_later_metrics_only_over_the_runs_that_have_them():
     sampled = 2 + len(rl_experiments.REPORTED) + rl_experiments.MORE.index("math_sampled_pass1")
     assert rows["old"][sampled] == "–"
     assert rows["mixed"][sampled].startswith("0.500 [") and rows["mixed"][sampled].endswith("(2 seeds)")
+
+
+def test_assignments_read_exponent_numbers_as_numbers():
+    pairs = rl_experiments.parse_assignments(["lr=1e-4", "beta=0.04", "steps=30", "loss=dr_grpo", "name=1e"])
+    assert pairs == {"lr": 1e-4, "beta": 0.04, "steps": 30, "loss": "dr_grpo", "name": "1e"}
+    assert pairs == rl_experiments.parse_assignments(["lr=0.0001", "beta=4e-2", "steps=30", "loss=dr_grpo", "name=1e"])
