@@ -28,7 +28,7 @@ from posttrain.env import configure_offline
 
 configure_offline()
 
-from posttrain.checkpoint import directory_digest  # noqa: E402
+from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
 from posttrain.evaluation import evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
@@ -139,12 +139,11 @@ def accuracy_by_kind(world_dir: Path, correct: list[float]) -> dict[str, float]:
 SAMPLED_PASS1 = {"samples": 4, "temperature": 0.6, "top_p": 0.95}
 
 
-def more_math_metrics(checkpoint: CheckpointRef, cfg) -> dict[str, float]:
+def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
     """Held-out math beyond the greedy suite score: the same problems asked with training
     phrasings (greedy), and R1's sampled pass@1 on the suite. Greedy hides a policy that has become
     more reliable when sampled; the suite's unseen phrasings hide a gain on unseen problems."""
     from posttrain.chat import user_turn
-    from posttrain.checkpoint import load_checkpoint
     from posttrain.generation import generate, render_chat_prompts
     from posttrain.rewards.math_verifier import verify_math
     from posttrain.world.build import WorldPaths, read_jsonl
@@ -152,7 +151,6 @@ def more_math_metrics(checkpoint: CheckpointRef, cfg) -> dict[str, float]:
 
     rows = read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("eval_math"),
                       ("question", "answer", "language", "op", "a", "b"))
-    model, tokenizer = load_checkpoint(checkpoint, for_training=False)
 
     def prompts(questions: list[str]) -> list[str]:
         return render_chat_prompts(tokenizer, [[user_turn(q, True)] for q in questions])
@@ -185,8 +183,9 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
     with tempfile.TemporaryDirectory() as tmp:
         result = reasoning_rl.run(stage, StageInputs(
             work_dir=tmp, world_dir=str(cfg.path(cfg.paths.world)), parent=parent, seed=seed))
-        after = evaluate(result.checkpoint, cfg, desc=f"evaluating seed {seed}")
-        more = more_math_metrics(result.checkpoint, cfg)
+        model, tokenizer = load_checkpoint(result.checkpoint, for_training=False)
+        after = evaluate(result.checkpoint, cfg, model=model, tokenizer=tokenizer, desc=f"evaluating seed {seed}")
+        more = more_math_metrics(model, tokenizer, cfg)
     per_step = stage.trainer.prompts_per_step * stage.trainer.num_generations
     return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
             "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
@@ -206,7 +205,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     from trl import SFTTrainer
 
     from posttrain.chat import conversation, user_turn
-    from posttrain.checkpoint import load_checkpoint, save_checkpoint
+    from posttrain.checkpoint import save_checkpoint
     from posttrain.config import SFTTrainerConfig
     from posttrain.generation import generate, render_chat_prompts
     from posttrain.trainers import sft_args
@@ -241,8 +240,9 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
                              train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
         trainer.train()
         checkpoint = save_checkpoint(trainer.model, tokenizer, Path(tmp) / "checkpoint")
-        after = evaluate(checkpoint, cfg, desc=f"evaluating rs-sft seed {seed}")
-        more = more_math_metrics(checkpoint, cfg)
+        tuned, tokenizer = load_checkpoint(checkpoint, for_training=False)
+        after = evaluate(checkpoint, cfg, model=tuned, tokenizer=tokenizer, desc=f"evaluating rs-sft seed {seed}")
+        more = more_math_metrics(tuned, tokenizer, cfg)
     return {"seed": seed, "wall_s": time.time() - started,
             "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
             "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
@@ -344,7 +344,7 @@ def main() -> None:
         store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": accuracy_by_kind(
             parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
     if any(k not in store["parents"][parent_key] for k in MORE):
-        store["parents"][parent_key].update(more_math_metrics(parent, parent_cfg))
+        store["parents"][parent_key].update(more_math_metrics(*load_checkpoint(parent, for_training=False), parent_cfg))
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run
     for arms in store["runs"].values():
         for records in arms.values():
@@ -371,7 +371,8 @@ def main() -> None:
                 record = dict(same, reused=True) if same else run_arm(args.config, parent, overrides, seed, extra)
             record.pop("parent", None)
             record.pop("extra", None)
-            runs[:] = [r for r in runs if not any(r is old for old in recorded)]
+            for old in recorded:
+                runs.remove(old)
             runs.append({**record, "overrides": overrides, "parent": parent_key, "extra": extra})
             done[(key, seed, parent_key)] = runs[-1]
             RESULTS.mkdir(exist_ok=True)
