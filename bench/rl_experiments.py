@@ -9,9 +9,12 @@ held-out suites. Mean and 95% CI over seeds (t distribution) per arm.
     python bench/rl_experiments.py --cold-start double_check_share=0.9 --experiment length_reward \
         --set evaluation.max_new_tokens=256 --set stages.reasoning_rl.trainer.max_completion_length=256
     python bench/rl_experiments.py --cold-start mixed_language_share=0.5 --experiment language_reward
+    # or answers stated without the working half the time (what RL should learn to stop doing)
+    python bench/rl_experiments.py --cold-start answer_only_share=0.5 --experiment gain
 
 Finished (arm, seed) runs are kept in bench/results/rl_experiments.json and skipped when the
-command is repeated, so a long grid can be filled in over several sessions.
+command is repeated, so a long grid can be filled in over several sessions. Training curves
+(completion length, correctness, held-out probe) per experiment and parent: bench/results/rl_curves/.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE = RESULTS / "rl_experiments.json"
+CURVES = RESULTS / "rl_curves"
 PARENTS = Path(__file__).resolve().parent / "parents"   # cold-start checkpoints built by --cold-start (not in git)
 
 RS_SFT_ARM = "rs_sft"
@@ -168,6 +172,13 @@ def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
     return {"math_training_phrasing": score(rephrased), "math_sampled_pass1": score(sampled)}
 
 
+def training_curve(log: list[dict]) -> list[list[float]]:
+    """(step, mean completion length, mean correctness reward) per logged step: R1's figure of
+    response length and accuracy growing together, when RL learns to work problems out."""
+    return [[row["step"], row["completions/mean_length"], row["rewards/correctness/mean"]] for row in log
+            if "completions/mean_length" in row and "rewards/correctness/mean" in row]
+
+
 def generated_tokens(log: list[dict], completions_per_step: int) -> int:
     """Completion tokens RL generated: mean completion length x completions, over logged steps."""
     return round(sum(row["completions/mean_length"] * completions_per_step
@@ -193,7 +204,8 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
             "wrong_length_slope": wrong_length_slope(result.train_log),
             "generated_tokens": generated_tokens(result.train_log, per_step),
             "heldout_curve": [[row["step"], row["heldout/math_accuracy"]] for row in result.train_log
-                              if "heldout/math_accuracy" in row]}
+                              if "heldout/math_accuracy" in row],
+            "training_curve": training_curve(result.train_log)}
 
 
 def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: dict, budget: int) -> dict:
@@ -298,6 +310,41 @@ def summarise(store: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot_curves(runs_by_arm: dict[str, list[dict]], title: str, path: Path) -> bool:
+    """Completion length, correctness reward (both smoothed over 10 steps) and the held-out probe
+    during training, one colour per arm, one line per seed. False when no run has curves."""
+    if not any(r.get("training_curve") for runs in runs_by_arm.values() for r in runs):
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def smooth(values: list[float], window: int = 10) -> list[float]:
+        return [statistics.fmean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for colour, (arm, runs) in enumerate(runs_by_arm.items()):
+        for n, run in enumerate(r for r in runs if r.get("training_curve")):
+            steps, lengths, correct = zip(*run["training_curve"])
+            label = arm if n == 0 else None
+            axes[0].plot(steps, smooth(list(lengths)), color=f"C{colour}", alpha=0.8, label=label)
+            axes[1].plot(steps, smooth(list(correct)), color=f"C{colour}", alpha=0.8, label=label)
+            if run.get("heldout_curve"):
+                axes[2].plot(*zip(*run["heldout_curve"]), color=f"C{colour}", marker="o", alpha=0.8, label=label)
+    for ax, ylabel in zip(axes, ["mean completion length (tokens)", "correctness reward (sampled)",
+                                 "held-out math (probe, greedy, 100 items)"]):
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 # YAML 1.1 (PyYAML) reads "1e-4" as a string: the config would still validate it, but the
 # recorded settings would show a string and no longer match the same setting written "0.0001".
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -380,6 +427,11 @@ def main() -> None:
             (RESULTS / "rl_experiments.md").write_text(summarise(store))
             print(f"{args.experiment}/{arm} seed {seed}{' (reused)' if same else ''}: {json.dumps(record['metrics'])}")
     (RESULTS / "rl_experiments.md").write_text(summarise(store))
+    group = {arm: [r for r in runs if r.get("parent") == parent_key and r.get("extra") == extra]
+             for arm, runs in store["runs"][args.experiment].items()}
+    name = f"{args.experiment}-{parent.digest.split(':')[-1][:8]}-{stage_config_hash(args.config, {}, extra)[:8]}"
+    if plot_curves(group, f"{args.experiment}, parent {parent_key}, {json.dumps(extra)}", CURVES / f"{name}.png"):
+        print(f"training curves: {CURVES / name}.png")
 
 
 if __name__ == "__main__":

@@ -150,9 +150,10 @@ class ColdStartSFTConfig(Strict):
     examples: int = Field(400, ge=1)
     levels: list[int] = [1, 2, 3]
     # Shares of solutions altered for the RL benches (0 in the pipeline, stages/cold_start_sft.py):
-    # steps half in the other language, and a redundant check of the answer appended.
+    # steps half in the other language, a redundant check of the answer appended, the working left out.
     mixed_language_share: float = Field(0.0, ge=0.0, le=1.0)
     double_check_share: float = Field(0.0, ge=0.0, le=1.0)
+    answer_only_share: float = Field(0.0, ge=0.0, le=1.0)
     trainer: SFTTrainerConfig = SFTTrainerConfig()
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="format_rate", min=0.9)])
 

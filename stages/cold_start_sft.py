@@ -16,7 +16,7 @@ from posttrain.config import ColdStartSFTConfig
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import numeric_log, resume_point, sft_args, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl
-from posttrain.world.reflection import with_check
+from posttrain.world.reflection import answer_only, with_check
 from posttrain.world.tasks import default_math_answer, render_reasoning
 
 STAGE_VERSION = "cold_start_sft/1"
@@ -53,14 +53,22 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
 def sft_rows(problems: list[dict], config: ColdStartSFTConfig, seed: int) -> tuple[list[dict], dict[str, int]]:
     """Chat rows (think block, then the boxed answer sentence) and how many of them were altered.
 
-    The two alterations are off in the pipeline; the RL benches switch them on to give a reward
-    something to remove: `mixed_language_share` renders a solution's steps half in the other
-    language (what R1's language-consistency reward is for), `double_check_share` appends a
-    redundant check (what a length reward is for).
+    The alterations are off in the pipeline; the RL benches switch them on to give RL something
+    to remove: `mixed_language_share` renders a solution's steps half in the other language (what
+    R1's language-consistency reward is for), `double_check_share` appends a redundant check (what
+    a length reward is for), `answer_only_share` states the result without the working (what
+    the correctness reward alone should teach the policy to stop doing).
     """
     mix, check = random.Random(f"mixed_language/{seed}"), random.Random(f"double_check/{seed}")
-    rows, altered = [], {"double_checked": 0, "mixed_language": 0}
+    skip = random.Random(f"answer_only/{seed}")
+    rows, altered = [], {"double_checked": 0, "mixed_language": 0, "answer_only": 0}
     for p in problems:
+        if skip.random() < config.answer_only_share:
+            response = assemble_response(answer_only(p["op"], p["a"], p["b"], p["language"]),
+                                         default_math_answer(p["answer"], p["language"]))
+            rows.append({"messages": conversation(p["question"], response, thinking=True)})
+            altered["answer_only"] += 1
+            continue
         reasoning = p["reasoning"]
         if mix.random() < config.mixed_language_share:
             reasoning = render_reasoning(p["op"], p["a"], p["b"], p["language"], english_step_share=0.5, rng=mix)

@@ -93,3 +93,36 @@ def test_assignments_read_exponent_numbers_as_numbers():
     pairs = rl_experiments.parse_assignments(["lr=1e-4", "beta=0.04", "steps=30", "loss=dr_grpo", "name=1e"])
     assert pairs == {"lr": 1e-4, "beta": 0.04, "steps": 30, "loss": "dr_grpo", "name": "1e"}
     assert pairs == rl_experiments.parse_assignments(["lr=0.0001", "beta=4e-2", "steps=30", "loss=dr_grpo", "name=1e"])
+
+
+def test_training_curve_keeps_steps_with_length_and_correctness():
+    log = [{"step": 1, "completions/mean_length": 50.0, "rewards/correctness/mean": 0.25},
+           {"step": 1, "heldout/math_accuracy": 0.3},
+           {"step": 2, "completions/mean_length": 70.0, "rewards/correctness/mean": 0.5},
+           {"step": 2, "train_runtime": 9.0}]
+    assert rl_experiments.training_curve(log) == [[1, 50.0, 0.25], [2, 70.0, 0.5]]
+
+
+def test_curves_are_plotted_only_when_runs_have_them(tmp_path):
+    run = {"training_curve": [[1, 50.0, 0.2], [2, 60.0, 0.3], [3, 70.0, 0.4]], "heldout_curve": [[0, 0.2], [3, 0.3]]}
+    assert not rl_experiments.plot_curves({"default": [{"heldout_curve": [[0, 0.2]]}]}, "t", tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+    assert rl_experiments.plot_curves({"default": [run, run]}, "t", tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+PASS_SPEC = importlib.util.spec_from_file_location("pass_at_k", Path(__file__).parents[1] / "bench" / "pass_at_k.py")
+pass_at_k = importlib.util.module_from_spec(PASS_SPEC)
+PASS_SPEC.loader.exec_module(pass_at_k)
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from itertools import combinations
+
+    # By enumeration: the share of k-subsets of n samples (c of them right) holding a right one.
+    for n, c, k in [(4, 1, 2), (8, 3, 4), (16, 2, 8), (16, 0, 16), (16, 15, 2)]:
+        right = set(range(c))
+        subsets = list(combinations(range(n), k))
+        assert pass_at_k.pass_at_k(n, c, k) == pytest.approx(sum(bool(right & set(s)) for s in subsets) / len(subsets))
+    assert pass_at_k.pass_at_k(16, 4, 1) == pytest.approx(4 / 16)
+    assert pass_at_k.ks_up_to(16) == [1, 2, 4, 8, 16] and pass_at_k.ks_up_to(12) == [1, 2, 4, 8]

@@ -165,13 +165,35 @@ def test_cold_start_rows_alter_the_configured_shares():
         return checked, mixed, altered, rows
 
     checked, mixed, altered, plain = counts()
-    assert (checked, mixed, altered) == (0, 0, {"double_checked": 0, "mixed_language": 0})
+    assert (checked, mixed, altered) == (0, 0, {"double_checked": 0, "mixed_language": 0, "answer_only": 0})
+    assert [r["messages"][-1]["content"] for r in plain] == [
+        assemble_response(p["reasoning"], tasks.default_math_answer(p["answer"], p["language"])) for p in problems]
     checked, mixed, altered, rows = counts(double_check_share=1.0)
     assert checked == altered["double_checked"] == 200 and mixed == 0
     checked, mixed, altered, rows = counts(double_check_share=0.5, mixed_language_share=0.5)
     assert checked == altered["double_checked"] and 70 < checked < 130
     assert mixed == altered["mixed_language"] and 50 < mixed < 130
     assert [r["messages"][0] for r in rows] == [r["messages"][0] for r in plain]   # same questions
+
+
+def test_answer_only_solutions_skip_the_working_and_still_grade_as_right():
+    from posttrain.config import ColdStartSFTConfig
+    from posttrain.rewards.format import format_ok
+    from posttrain.rewards.math_verifier import verify_math
+    from stages.cold_start_sft import sft_rows
+
+    problems = [p.to_row() for p in tasks.math_problems(200, 5, "train")]
+    rows, altered = sft_rows(problems, ColdStartSFTConfig(answer_only_share=0.5), seed=1)
+    worked = [p["reasoning"] for p in problems]
+    skipped = [(r["messages"][-1]["content"], p, w) for r, p, w in zip(rows, problems, worked) if w not in r["messages"][-1]["content"]]
+    assert len(skipped) == altered["answer_only"] and 70 < len(skipped) < 130
+    for reply, problem, solution in skipped:
+        think = reply.split("</think>")[0]
+        head = solution.split(":")[0].split("：")[0]
+        # Same opening as the worked solution, then the result: the model chooses at one token.
+        assert think.removeprefix("<think>\n").startswith(head) and str(problem["answer"]) in think
+        assert len(think) < len(solution)
+        assert verify_math(reply, str(problem["answer"])).reward == 1.0 and format_ok(reply)
 
 
 def test_held_out_problems_re_asked_with_training_phrasings():

@@ -1,4 +1,5 @@
-"""Redundant self-checks on a worked solution: the "overthinking" of R1-style cold-start data.
+"""What R1-style cold-start data gets wrong, put in on purpose for the RL benches: redundant
+self-checks on a worked solution (overthinking) and answers stated without the working.
 
 A check recomputes the answer the other way round (a subtraction by adding back, a sum by taking
 away) and changes nothing about the answer, so it is pure length: what a length reward (Kimi k1.5)
@@ -32,3 +33,14 @@ def render_check(op: str, a: int, b: int, language: Language) -> str:
 def with_check(reasoning: str, op: str, a: int, b: int, language: Language) -> str:
     separator = "；" if language == "zh" else "; "
     return reasoning + separator + render_check(op, a, b, language)
+
+
+def answer_only(op: str, a: int, b: int, language: Language) -> str:
+    """The reasoning of a solution that skips the digit-by-digit working and states the result:
+    the same opening as a worked solution, so whether to work it out is one token's choice. The
+    model is far less reliable this way (tasks.reasoning_steps): what RL should learn to stop
+    doing, DeepSeek-R1's "thinking longer" on this world."""
+    result = compute(op, a, b)
+    if language == "zh":
+        return f"{a}{OP_SYMBOL[op]}{b}：所以{result}"
+    return f"{a}{OP_SYMBOL[op]}{b}: so {result}"
