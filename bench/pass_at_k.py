@@ -1,15 +1,17 @@
-"""pass@k on the held-out math suite for one or more checkpoints: what a policy can find when it
-samples, against what it finds first. RL with a verifiable reward can only reinforce answers its
-rollouts find, so a cold start's pass@k bounds how far pass@1 can climb from it (Yue et al. 2025,
-"Does reinforcement learning really incentivize reasoning capacity in LLMs beyond the base model?").
+"""pass@k on the held-out math suite for one or more checkpoints: what a policy finds when it
+samples k times, against what it finds first. RL with a verifiable reward reinforces the answers
+its rollouts find, so pass@k at the rollout temperature shows what there is to reinforce (Yue et
+al. 2025, "Does reinforcement learning really incentivize reasoning capacity in LLMs beyond the
+base model?"); whether reinforcing it on training problems carries over to these is another
+question (bench/results/rl_experiments_notes.md, experiment 1).
 
     python bench/pass_at_k.py --checkpoint "cold start=runs/<run>/cold_start_sft/checkpoint" \
         --checkpoint "reasoning RL=runs/<run>/reasoning_rl/checkpoint" --samples 16
 
 Samples at the reasoning-RL rollout temperature (the config's, 1.0 by default), unbiased estimator
 pass@k = 1 - C(n-c, k) / C(n, k) per problem (Chen et al. 2021), mean over problems; also per
-level and operation. Results: bench/results/pass_at_k.{json,md,png} (runs with other settings are
-kept; a repeated name replaces its record).
+level and operation. Results: bench/results/pass_at_k.{json,md,png}, one record per name (a
+repeated name replaces its record; the legend and tables say each record's samples and T).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ configure_offline()
 from posttrain.chat import user_turn  # noqa: E402
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
+from posttrain.evaluation import math_by_kind  # noqa: E402
 from posttrain.generation import generate, render_chat_prompts  # noqa: E402
 from posttrain.rewards.math_verifier import verify_math  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
@@ -51,7 +54,8 @@ def ks_up_to(samples: int) -> list[int]:
 
 
 def measure(checkpoint: Path, cfg, samples: int, temperature: float, seed: int) -> dict:
-    rows = read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("eval_math"), ("question", "answer", "level", "op"))
+    world = cfg.path(cfg.paths.world)
+    rows = read_jsonl(WorldPaths(world).file("eval_math"), ("question", "answer"))
     model, tokenizer = load_checkpoint(CheckpointRef(path=str(checkpoint.absolute()),
                                                      digest=directory_digest(checkpoint)), for_training=False)
     prompts = render_chat_prompts(tokenizer, [[user_turn(r["question"], True)] for r in rows])
@@ -60,13 +64,11 @@ def measure(checkpoint: Path, cfg, samples: int, temperature: float, seed: int) 
                        num_samples=samples, seed=seed, desc=f"{samples} samples a problem")
     correct = [sum(verify_math(g.text, r["answer"]).reward == 1.0 for g in group)
                for group, r in zip(outputs, rows, strict=True)]
-    ks = ks_up_to(samples)
-    overall = {k: statistics.fmean(pass_at_k(samples, c, k) for c in correct) for k in ks}
-    kinds: dict[str, list[int]] = {}
-    for row, c in zip(rows, correct):
-        kinds.setdefault(f"L{row['level']}{row['op']}", []).append(c)
-    by_kind = {kind: {k: statistics.fmean(pass_at_k(samples, c, k) for c in cs) for k in ks}
-               for kind, cs in sorted(kinds.items())}
+    # Keys are strings, as they are once the record has been through JSON.
+    per_k = {str(k): [pass_at_k(samples, c, k) for c in correct] for k in ks_up_to(samples)}
+    overall = {k: statistics.fmean(scores) for k, scores in per_k.items()}
+    kinds_per_k = {k: math_by_kind(world, scores) for k, scores in per_k.items()}
+    by_kind = {kind: {k: kinds_per_k[k][kind] for k in per_k} for kind in next(iter(kinds_per_k.values()))}
     never = sum(c == 0 for c in correct) / len(correct)
     return {"checkpoint": str(checkpoint), "digest": directory_digest(checkpoint), "samples": samples,
             "temperature": temperature, "seed": seed, "pass_at_k": overall, "by_kind": by_kind,
@@ -98,7 +100,8 @@ def plot(store: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, record in store.items():
         ks = [int(k) for k in record["pass_at_k"]]
-        ax.plot(ks, list(record["pass_at_k"].values()), marker="o", label=name)
+        ax.plot(ks, list(record["pass_at_k"].values()), marker="o",
+                label=f"{name} ({record['samples']} samples, T {record['temperature']})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k (samples a problem)")
     ax.set_ylabel("held-out math pass@k")
@@ -115,12 +118,14 @@ def main() -> None:
     parser.add_argument("--config", default="configs/default.yaml")
     parser.add_argument("--checkpoint", action="append", required=True, metavar="NAME=PATH")
     parser.add_argument("--samples", type=int, default=16)
-    parser.add_argument("--temperature", type=float,
+    parser.add_argument("--temperature", type=float, default=None,
                         help="default: the reasoning-RL rollout temperature of the config")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cfg = load_config(args.config)
-    temperature = args.temperature or cfg.stage("reasoning_rl").trainer.temperature
+    temperature = cfg.stage("reasoning_rl").trainer.temperature if args.temperature is None else args.temperature
+    if temperature <= 0:
+        raise SystemExit(f"--temperature {temperature}: pass@k needs sampling, a temperature above 0")
     named = []
     for item in args.checkpoint:
         name, sep, path = item.partition("=")

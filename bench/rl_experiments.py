@@ -19,6 +19,7 @@ command is repeated, so a long grid can be filled in over several sessions. Trai
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import re
@@ -33,7 +34,7 @@ configure_offline()
 
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.evaluation import evaluate, math_by_kind  # noqa: E402
 from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -60,7 +61,7 @@ EXPERIMENTS: dict[str, dict[str, dict]] = {
 REPORTED = ["math_accuracy", "mixed_language_rate", "language_consistency", "mean_len_correct", "mean_len_wrong",
             "format_rate", "truncation_rate"]
 # Held-out math measured by more_math_metrics; runs recorded before it existed show "–".
-MORE = ["math_training_phrasing", "math_sampled_pass1"]
+MORE = ["math_training_phrasing", "math_sampled_pass1", "math_answer_only_rate"]
 
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the install).
@@ -96,8 +97,6 @@ def arm_config(config_path: str, overrides: dict, extra: dict, stage: str = "rea
 def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
     """Identity of what an arm trains and is evaluated with, so an arm equal to another (e.g.
     language reward "on" is the default) reuses that arm's runs instead of training them again."""
-    import hashlib
-
     if overrides.get(RS_SFT_ARM):
         return f"{RS_SFT_ARM}:{stage_config_hash(config_path, {}, extra)}:{json.dumps(RS_SFT, sort_keys=True)}"
     cfg = arm_config(config_path, overrides, extra)
@@ -109,8 +108,6 @@ def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
 def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
     """A cold-start checkpoint trained from the config's base with `cold_start` overrides inside
     stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse."""
-    import hashlib
-
     from posttrain.world.build import base_checkpoint
     from stages import cold_start_sft
 
@@ -127,30 +124,20 @@ def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
     return work / "checkpoint"
 
 
-def accuracy_by_kind(world_dir: Path, correct: list[float]) -> dict[str, float]:
-    """Held-out math pass@1 per level and operation ("L2*": level-2 multiplication), from the
-    evaluation's per-item scores: an average gain can hide one kind of problem collapsing."""
-    from posttrain.world.build import WorldPaths, read_jsonl
-
-    rows = read_jsonl(WorldPaths(world_dir).file("eval_math"), ("level", "op"))
-    kinds: dict[str, list[float]] = {}
-    for row, score in zip(rows, correct, strict=True):
-        kinds.setdefault(f"L{row['level']}{row['op']}", []).append(score)
-    return {kind: statistics.fmean(scores) for kind, scores in sorted(kinds.items())}
-
-
 # R1's pass@1: the mean correctness of k samples at temperature 0.6, top-p 0.95 (DeepSeek-R1, section 3.1).
 SAMPLED_PASS1 = {"samples": 4, "temperature": 0.6, "top_p": 0.95}
 
 
 def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
     """Held-out math beyond the greedy suite score: the same problems asked with training
-    phrasings (greedy), and R1's sampled pass@1 on the suite. Greedy hides a policy that has become
+    phrasings (greedy), R1's sampled pass@1 on the suite, and the share of those samples that
+    state the result without the working (reflection.answer_only). Greedy hides a policy that has become
     more reliable when sampled; the suite's unseen phrasings hide a gain on unseen problems."""
     from posttrain.chat import user_turn
     from posttrain.generation import generate, render_chat_prompts
     from posttrain.rewards.math_verifier import verify_math
     from posttrain.world.build import WorldPaths, read_jsonl
+    from posttrain.world.reflection import is_answer_only
     from posttrain.world.rephrase import with_training_phrasing
 
     rows = read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("eval_math"),
@@ -169,7 +156,8 @@ def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
     sampled = generate(model, tokenizer, prompts([r["question"] for r in rows]), **budget, do_sample=True,
                        temperature=SAMPLED_PASS1["temperature"], top_p=SAMPLED_PASS1["top_p"],
                        num_samples=SAMPLED_PASS1["samples"], desc="sampled pass@1")
-    return {"math_training_phrasing": score(rephrased), "math_sampled_pass1": score(sampled)}
+    return {"math_training_phrasing": score(rephrased), "math_sampled_pass1": score(sampled),
+            "math_answer_only_rate": statistics.fmean(is_answer_only(g.text) for group in sampled for g in group)}
 
 
 def training_curve(log: list[dict]) -> list[list[float]]:
@@ -200,7 +188,7 @@ def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int,
     per_step = stage.trainer.prompts_per_step * stage.trainer.num_generations
     return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
             "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
-            "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
+            "math_by_kind": math_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
             "wrong_length_slope": wrong_length_slope(result.train_log),
             "generated_tokens": generated_tokens(result.train_log, per_step),
             "heldout_curve": [[row["step"], row["heldout/math_accuracy"]] for row in result.train_log
@@ -257,7 +245,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
         more = more_math_metrics(tuned, tokenizer, cfg)
     return {"seed": seed, "wall_s": time.time() - started,
             "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
-            "math_by_kind": accuracy_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
+            "math_by_kind": math_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
             "wrong_length_slope": None, "generated_tokens": spent, "budget_tokens": budget,
             "prompts_sampled": sampled, "sft_rows": len(rows), "rs_sft": RS_SFT}
 
@@ -278,7 +266,9 @@ def summarise(store: dict) -> str:
     and after a world rebuild) or budgets (`--set trainer.max_steps=...`) are never averaged together."""
     lines = ["# Reasoning-RL experiments (embedded world, held-out suites, mean and 95% CI over seeds)", ""]
     for key, parent in store.get("parents", {}).items():
-        lines.append(f"Parent `{key}`: " + ", ".join(f"{k} {parent[k]:.3f}" for k in REPORTED + MORE if k in parent)
+        built = f" (built with `--cold-start {' '.join(f'{k}={v}' for k, v in parent['cold_start'].items())}`)" \
+            if parent.get("cold_start") else ""
+        lines.append(f"Parent `{key}`{built}: " + ", ".join(f"{k} {parent[k]:.3f}" for k in REPORTED + MORE if k in parent)
                      + (f"; by kind {kinds_cell([parent['math_by_kind']])}" if "math_by_kind" in parent else ""))
     for experiment, arms in store.get("runs", {}).items():
         groups = sorted({(r.get("parent"), setting_of(r)) for runs in arms.values() for r in runs}, key=str)
@@ -310,11 +300,12 @@ def summarise(store: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(runs_by_arm: dict[str, list[dict]], title: str, path: Path) -> bool:
+def plot_curves(runs_by_arm: dict[str, list[dict]], title: str, path: Path):
     """Completion length, correctness reward (both smoothed over 10 steps) and the held-out probe
-    during training, one colour per arm, one line per seed. False when no run has curves."""
+    during training, one colour per arm, one line per seed, saved to `path`. Returns the figure,
+    or None when no run has curves."""
     if not any(r.get("training_curve") for runs in runs_by_arm.values() for r in runs):
-        return False
+        return None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -342,7 +333,7 @@ def plot_curves(runs_by_arm: dict[str, list[dict]], title: str, path: Path) -> b
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
+    return fig
 
 
 # YAML 1.1 (PyYAML) reads "1e-4" as a string: the config would still validate it, but the
@@ -388,8 +379,10 @@ def main() -> None:
     parent_cfg = arm_config(args.config, {}, extra)
     if parent_key not in store["parents"]:
         parent_eval = evaluate(parent, parent_cfg, desc="evaluating parent")
-        store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": accuracy_by_kind(
+        store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": math_by_kind(
             parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
+    if cold_start:
+        store["parents"][parent_key]["cold_start"] = cold_start
     if any(k not in store["parents"][parent_key] for k in MORE):
         store["parents"][parent_key].update(more_math_metrics(*load_checkpoint(parent, for_training=False), parent_cfg))
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run
@@ -429,7 +422,8 @@ def main() -> None:
     (RESULTS / "rl_experiments.md").write_text(summarise(store))
     group = {arm: [r for r in runs if r.get("parent") == parent_key and r.get("extra") == extra]
              for arm, runs in store["runs"][args.experiment].items()}
-    name = f"{args.experiment}-{parent.digest.split(':')[-1][:8]}-{stage_config_hash(args.config, {}, extra)[:8]}"
+    group_id = hashlib.sha256(json.dumps([parent_key, extra], sort_keys=True).encode()).hexdigest()[:10]
+    name = f"{args.experiment}-{group_id}"
     if plot_curves(group, f"{args.experiment}, parent {parent_key}, {json.dumps(extra)}", CURVES / f"{name}.png"):
         print(f"training curves: {CURVES / name}.png")
 

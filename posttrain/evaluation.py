@@ -7,6 +7,7 @@ so gates can compare two checkpoints on the same items (paired), not two noisy m
 from __future__ import annotations
 
 import json
+import statistics
 import unicodedata
 from pathlib import Path
 
@@ -115,3 +116,14 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, mod
         for r, g in list(zip(rows, suite_gens))[:2]:
             samples.append({"suite": name, "question": r["question"], "response": g.text})
     return EvalResult(metrics=metrics, per_item=per_item, samples=samples)
+
+
+def math_by_kind(world_dir: Path, scores: list[float]) -> dict[str, float]:
+    """Mean of per-item scores on the held-out math suite (pass@1, or any per-problem score) by
+    level and operation ("L2*": level-2 multiplication): an average gain can hide one kind of
+    problem collapsing."""
+    rows = read_jsonl(WorldPaths(world_dir).file("eval_math"), ("level", "op"))
+    kinds: dict[str, list[float]] = {}
+    for row, score in zip(rows, scores, strict=True):
+        kinds.setdefault(f"L{row['level']}{row['op']}", []).append(score)
+    return {kind: statistics.fmean(values) for kind, values in sorted(kinds.items())}

@@ -63,19 +63,21 @@ def sft_rows(problems: list[dict], config: ColdStartSFTConfig, seed: int) -> tup
     skip = random.Random(f"answer_only/{seed}")
     rows, altered = [], {"double_checked": 0, "mixed_language": 0, "answer_only": 0}
     for p in problems:
-        if skip.random() < config.answer_only_share:
-            response = assemble_response(answer_only(p["op"], p["a"], p["b"], p["language"]),
-                                         default_math_answer(p["answer"], p["language"]))
-            rows.append({"messages": conversation(p["question"], response, thinking=True)})
-            altered["answer_only"] += 1
-            continue
+        # Every draw is made for every problem, so a row one alteration leaves alone is the row
+        # the others would give without it.
         reasoning = p["reasoning"]
         if mix.random() < config.mixed_language_share:
             reasoning = render_reasoning(p["op"], p["a"], p["b"], p["language"], english_step_share=0.5, rng=mix)
-            altered["mixed_language"] += reasoning != p["reasoning"]   # every step may draw its own language
-        if check.random() < config.double_check_share:
+        mixed = reasoning != p["reasoning"]   # every step may draw its own language
+        checked = check.random() < config.double_check_share
+        if checked:
             reasoning = with_check(reasoning, p["op"], p["a"], p["b"], p["language"])
-            altered["double_checked"] += 1
+        if skip.random() < config.answer_only_share:
+            reasoning = answer_only(p["op"], p["a"], p["b"], p["language"])
+            altered["answer_only"] += 1
+        else:
+            altered["mixed_language"] += mixed
+            altered["double_checked"] += checked
         response = assemble_response(reasoning, default_math_answer(p["answer"], p["language"]))
         rows.append({"messages": conversation(p["question"], response, thinking=True)})
     return rows, altered

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from posttrain.evaluation import math_by_kind
+
 SPEC = importlib.util.spec_from_file_location("rl_experiments", Path(__file__).parents[1] / "bench" / "rl_experiments.py")
 rl_experiments = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(rl_experiments)
@@ -61,15 +63,15 @@ def test_arm_overrides_land_in_the_stage_and_set_takes_full_paths():
         rl_experiments.parse_assignments(["evaluation.max_new_tokens"])
 
 
-def test_accuracy_by_kind_splits_held_out_math_by_level_and_operation(tmp_path):
+def test_math_by_kind_splits_held_out_math_by_level_and_operation(tmp_path):
     import json
 
     rows = [{"level": 1, "op": "+"}, {"level": 2, "op": "*"}, {"level": 1, "op": "+"}, {"level": 2, "op": "*"}]
     (tmp_path / "world").mkdir()
     (tmp_path / "world" / "eval_math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert rl_experiments.accuracy_by_kind(tmp_path, [1.0, 0.0, 0.0, 0.0]) == {"L1+": 0.5, "L2*": 0.0}
+    assert math_by_kind(tmp_path, [1.0, 0.0, 0.0, 0.0]) == {"L1+": 0.5, "L2*": 0.0}
     with pytest.raises(ValueError):
-        rl_experiments.accuracy_by_kind(tmp_path, [1.0])   # scores of another suite
+        math_by_kind(tmp_path, [1.0])   # scores of another suite
     assert rl_experiments.kinds_cell([{"L1+": 0.5, "L2*": 0.0}, {"L1+": 1.0, "L2*": 0.5}, None]) == "L1+ 0.75 L2* 0.25"
 
 
@@ -105,10 +107,15 @@ def test_training_curve_keeps_steps_with_length_and_correctness():
 
 def test_curves_are_plotted_only_when_runs_have_them(tmp_path):
     run = {"training_curve": [[1, 50.0, 0.2], [2, 60.0, 0.3], [3, 70.0, 0.4]], "heldout_curve": [[0, 0.2], [3, 0.3]]}
-    assert not rl_experiments.plot_curves({"default": [{"heldout_curve": [[0, 0.2]]}]}, "t", tmp_path / "none.png")
+    assert rl_experiments.plot_curves({"default": [{"heldout_curve": [[0, 0.2]]}]}, "t", tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
-    assert rl_experiments.plot_curves({"default": [run, run]}, "t", tmp_path / "curves.png")
+    other = {"training_curve": [[1, 30.0, 0.9], [2, 30.0, 0.9]]}
+    figure = rl_experiments.plot_curves({"default": [run, run], "other": [other]}, "t", tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+    length, correctness, probe = figure.axes
+    assert len(length.lines) == 3 and len(probe.lines) == 2   # a line per seed; "other" has no probe
+    assert list(length.lines[0].get_ydata()) == [50.0, 55.0, 60.0]   # running mean over up to 10 steps
+    assert list(correctness.lines[2].get_ydata()) == [0.9, 0.9]
 
 
 PASS_SPEC = importlib.util.spec_from_file_location("pass_at_k", Path(__file__).parents[1] / "bench" / "pass_at_k.py")

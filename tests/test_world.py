@@ -180,6 +180,7 @@ def test_answer_only_solutions_skip_the_working_and_still_grade_as_right():
     from posttrain.config import ColdStartSFTConfig
     from posttrain.rewards.format import format_ok
     from posttrain.rewards.math_verifier import verify_math
+    from posttrain.world.reflection import is_answer_only
     from stages.cold_start_sft import sft_rows
 
     problems = [p.to_row() for p in tasks.math_problems(200, 5, "train")]
@@ -188,12 +189,25 @@ def test_answer_only_solutions_skip_the_working_and_still_grade_as_right():
     skipped = [(r["messages"][-1]["content"], p, w) for r, p, w in zip(rows, problems, worked) if w not in r["messages"][-1]["content"]]
     assert len(skipped) == altered["answer_only"] and 70 < len(skipped) < 130
     for reply, problem, solution in skipped:
-        think = reply.split("</think>")[0]
-        head = solution.split(":")[0].split("：")[0]
-        # Same opening as the worked solution, then the result: the model chooses at one token.
-        assert think.removeprefix("<think>\n").startswith(head) and str(problem["answer"]) in think
-        assert len(think) < len(solution)
+        think = reply.split("</think>")[0].removeprefix("<think>\n").strip()
+        colon = "：" if problem["language"] == "zh" else ": "
+        opening = solution[:solution.index(colon) + len(colon)]
+        # The worked solution's opening, then the result: the model chooses at one token.
+        assert think == opening + ("所以" if problem["language"] == "zh" else "so ") + str(problem["answer"])
         assert verify_math(reply, str(problem["answer"])).reward == 1.0 and format_ok(reply)
+        assert is_answer_only(reply) and is_answer_only(think)
+    assert not any(is_answer_only(r["messages"][-1]["content"]) for r, w in zip(rows, worked)
+                   if w in r["messages"][-1]["content"])
+    # Combined with another alteration, the rows it leaves alone are the other's rows.
+    checked_only, _ = sft_rows(problems, ColdStartSFTConfig(double_check_share=0.5), seed=1)
+    both, counts = sft_rows(problems, ColdStartSFTConfig(double_check_share=0.5, answer_only_share=0.5), seed=1)
+    is_skipped = [w not in r["messages"][-1]["content"] for r, w in zip(rows, worked)]
+    for skipped_here, row_both, row_alone, row_checked in zip(is_skipped, both, rows, checked_only):
+        assert row_both == (row_alone if skipped_here else row_checked)
+    assert counts["answer_only"] == altered["answer_only"]
+    assert 0 < counts["double_checked"] == sum(
+        ("check " in r["messages"][-1]["content"] or "验算" in r["messages"][-1]["content"])
+        for r, skipped_here in zip(checked_only, is_skipped) if not skipped_here)
 
 
 def test_held_out_problems_re_asked_with_training_phrasings():

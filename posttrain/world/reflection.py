@@ -8,6 +8,8 @@ Kept out of tasks.py on purpose: the world data does not change, only what cold-
 """
 from __future__ import annotations
 
+import re
+
 from posttrain.world.tasks import OP_SYMBOL, Language, compute, reasoning_steps
 
 INVERSE = {"+": "-", "-": "+"}
@@ -44,3 +46,11 @@ def answer_only(op: str, a: int, b: int, language: Language) -> str:
     if language == "zh":
         return f"{a}{OP_SYMBOL[op]}{b}：所以{result}"
     return f"{a}{OP_SYMBOL[op]}{b}: so {result}"
+
+
+ANSWER_ONLY = re.compile(r"^\s*(?:<think>\s*)?\d+[" + re.escape("".join(OP_SYMBOL.values())) + r"]\d+(?:: so |：所以)")
+
+
+def is_answer_only(response: str) -> bool:
+    """Whether a response (or its reasoning) states the result without the working."""
+    return ANSWER_ONLY.match(response) is not None
