@@ -5,7 +5,8 @@ prompts, group size, batch and lengths, in one process (so both see the same mac
 
 Targets (issue 4): ours <= 1.10x bare TRL per step; reward computation <= 10% of our step time.
 Step times depend on how long the sampled completions are, so the comparison is also given per
-1,000 completion tokens. Results go to bench/results/rl_step.json.
+1,000 completion tokens. Ours includes what the stage adds per step, e.g. at beta = 0 the KL
+monitor (two forward passes over one completion per group). Results go to bench/results/rl_step.json.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ the next batch of problems. Both live in one process, so no queue is needed.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import warnings
@@ -208,7 +209,47 @@ class SamplerCheckpoint(TrainerCallback):
         tmp.replace(target)
 
 
-class StageGRPOTrainer(GRPOTrainer):
+class KLMonitoredGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer that logs `kl` also when beta = 0 (no KL term, so TRL computes none): the drift
+    of each batch's rollout policy from the policy the stage started from."""
+
+    def __init__(self, *args, monitor_kl: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Copied before any step, and before a resume loads its checkpoint: the starting policy.
+        self.drift_anchor = None
+        if monitor_kl and self.beta == 0.0:
+            self.drift_anchor = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        if self.drift_anchor is not None:
+            self._metrics["train"]["kl"].append(self.rollout_kl_to_anchor(out))
+        return out
+
+    @torch.no_grad()
+    def rollout_kl_to_anchor(self, batch: dict) -> float:
+        """KL(rollout policy || starting policy) on the completion tokens the loss sees (truncated
+        completions leave it with mask_truncated_completions), with the k3 estimator TRL uses for
+        its KL term, in float64: the per-token differences are tiny. On one completion per group:
+        two forward passes over the whole batch cost a third of a CPU step (bench/rl_step.py)."""
+        one_per_group = slice(None, None, self.num_generations)
+        completion_ids, completion_mask = batch["completion_ids"][one_per_group], batch["completion_mask"][one_per_group]
+        ids = torch.cat([batch["prompt_ids"][one_per_group], completion_ids], dim=1)
+        mask = torch.cat([batch["prompt_mask"][one_per_group], completion_mask], dim=1)
+        keep, chunk = completion_ids.size(1), self.args.per_device_train_batch_size
+        policy = batch.get("old_per_token_logps")
+        if policy is None:
+            policy, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=chunk)
+        else:
+            policy = policy[one_per_group]
+        anchor, _, _ = self._get_per_token_logps_and_entropies(self.drift_anchor, ids, mask, keep, batch_size=chunk)
+        delta = anchor.double() - policy.double()
+        per_token = torch.exp(delta) - delta - 1
+        weights = completion_mask.double()
+        return ((per_token * weights).sum() / weights.sum().clamp(min=1.0)).item()
+
+
+class StageGRPOTrainer(KLMonitoredGRPOTrainer):
     """GRPOTrainer with our problem sampler, group statistics in its logs, and (optionally) groups
     with zero reward variance removed from the loss (DAPO dynamic sampling without the refill)."""
 
@@ -272,7 +313,9 @@ def policy_record(trainer_cfg, parent, resumed_from: str | None) -> dict[str, st
         f"policy at the step of generation, reused for {trainer_cfg.num_iterations} updates "
         f"(see rollout/staleness in the log)",
         "reference_policy": f"{parent.path} (digest {parent.digest[:12]}), frozen for the stage"
-        if trainer_cfg.beta > 0 else "none: beta = 0, no KL term",
+        if trainer_cfg.beta > 0 else "none: beta = 0, no KL term" + (
+            f"; `kl` in the log is the rollout policy's drift from {parent.path} (digest {parent.digest[:12]})"
+            if trainer_cfg.monitor_kl else ""),
         "resumed_from": resumed_from or "",
     }
 

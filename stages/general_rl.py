@@ -8,13 +8,12 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from trl import GRPOTrainer
 
 from posttrain.chat import user_turn
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import GeneralRLConfig
 from posttrain.rewards import VERIFIER_VERSIONS, build_rewards
-from posttrain.rl import RLAlerts, policy_record
+from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import grpo_args, numeric_log, resume_point, summary
 from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl
@@ -48,9 +47,9 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
         config.rewards.model_dump(), num_generations=config.trainer.num_generations,
         length_warmup_steps=config.reward_settings.length_warmup_steps,
         max_completion_length=config.trainer.max_completion_length, overlong_cache=config.reward_settings.overlong_cache)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, train_dataset=Dataset.from_list(rows),
-                          args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
-                          processing_class=tokenizer)
+    trainer = KLMonitoredGRPOTrainer(model=model, reward_funcs=reward_funcs, train_dataset=Dataset.from_list(rows),
+                                     args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
+                                     processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl)
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     checkpoint_dir = resume_point(work / "trainer")
@@ -65,6 +64,6 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
         alerts=[a["message"] for a in alerts.fired],
         train_metrics={"instruction_prompts": len(tasks), "math_prompts": len(problems),
                        "no_think_math_prompts": len(no_think), **summary(
-            log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length"))},
+            log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "kl", "completions/mean_length"))},
         wall_s=time.time() - started,
     )

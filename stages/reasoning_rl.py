@@ -50,7 +50,8 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     trainer = StageGRPOTrainer(model=model, reward_funcs=reward_funcs, train_dataset=dataset,
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights, stateful_sampler=True),
                                processing_class=tokenizer, sampling=config.sampling,
-                               difficulty=[p["level"] for p in problems], problem_stats=stats)
+                               difficulty=[p["level"] for p in problems], problem_stats=stats,
+                               monitor_kl=config.trainer.monitor_kl)
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     if config.probe_every:
