@@ -111,7 +111,7 @@ def plot_training(report: dict, out: Path) -> None:
 
 RL_PANELS = [
     ("reward and held-out accuracy", ["reward", "rewards/correctness/mean", "heldout/math_accuracy"]),
-    ("entropy and KL to the reference", ["entropy", "kl"]),
+    ("entropy and KL (to the reference; at beta 0 to the start)", ["entropy", "kl"]),
     ("completion length (tokens)", ["length/correct", "length/wrong"]),
     ("groups", ["groups/all_correct", "groups/all_wrong", "groups/mixed"]),
 ]

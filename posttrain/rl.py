@@ -223,30 +223,31 @@ class KLMonitoredGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
         if self.drift_anchor is not None:
-            self._metrics["train"]["kl"].append(self.rollout_kl_to_anchor(out))
+            kl = self.rollout_kl_to_anchor(out)
+            if kl is not None:
+                self._metrics["train" if self.model.training else "eval"]["kl"].append(kl)
         return out
 
     @torch.no_grad()
-    def rollout_kl_to_anchor(self, batch: dict) -> float:
-        """KL(rollout policy || starting policy) on the completion tokens the loss sees (truncated
-        completions leave it with mask_truncated_completions), with the k3 estimator TRL uses for
-        its KL term, in float64: the per-token differences are tiny. On one completion per group:
-        two forward passes over the whole batch cost a third of a CPU step (bench/rl_step.py)."""
+    def rollout_kl_to_anchor(self, batch: dict) -> float | None:
+        """KL(rollout policy || starting policy) over the completion tokens TRL's completion mask
+        keeps (with mask_truncated_completions, truncated completions are out), with the k3
+        estimator of TRL's KL term, in float64 (the per-token differences are tiny), summed over
+        processes. On one completion per group: two forward passes over the whole batch cost a
+        third of a CPU step (bench/rl_step.py). None when no token is left to measure."""
         one_per_group = slice(None, None, self.num_generations)
         completion_ids, completion_mask = batch["completion_ids"][one_per_group], batch["completion_mask"][one_per_group]
         ids = torch.cat([batch["prompt_ids"][one_per_group], completion_ids], dim=1)
         mask = torch.cat([batch["prompt_mask"][one_per_group], completion_mask], dim=1)
         keep, chunk = completion_ids.size(1), self.args.per_device_train_batch_size
-        policy = batch.get("old_per_token_logps")
-        if policy is None:
-            policy, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=chunk)
-        else:
-            policy = policy[one_per_group]
+        # Both on the same slice and the same way, so the first batch reads exactly 0.
+        policy, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=chunk)
         anchor, _, _ = self._get_per_token_logps_and_entropies(self.drift_anchor, ids, mask, keep, batch_size=chunk)
         delta = anchor.double() - policy.double()
-        per_token = torch.exp(delta) - delta - 1
         weights = completion_mask.double()
-        return ((per_token * weights).sum() / weights.sum().clamp(min=1.0)).item()
+        local = torch.stack([((torch.exp(delta) - delta - 1) * weights).sum(), weights.sum()])
+        total, count = self.accelerator.reduce(local, reduction="sum").tolist()
+        return total / count if count else None
 
 
 class StageGRPOTrainer(KLMonitoredGRPOTrainer):
@@ -342,7 +343,8 @@ class RLAlerts(TrainerCallback):
                 found.append(("non_finite", f"{key} is {logs[key]} at step {step}: training diverged"))
         kl = logs.get("kl")
         if kl is not None and self.cfg.kl_max is not None and kl > self.cfg.kl_max:
-            found.append(("kl", f"KL to the reference {kl:.4f} > alerts.kl_max {self.cfg.kl_max} at step {step}"))
+            found.append(("kl", f"KL {kl:.4f} > alerts.kl_max {self.cfg.kl_max} at step {step} (to the reference; "
+                                f"at beta = 0 to the stage's starting policy)"))
         if "reward" in logs:
             self.zero_reward_run = self.zero_reward_run + 1 if logs["reward"] == 0 else 0
             if self.zero_reward_run >= self.cfg.zero_reward_steps:
