@@ -25,11 +25,9 @@ from posttrain.env import configure_offline
 
 configure_offline()
 
-from posttrain.chat import user_turn  # noqa: E402
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import math_by_kind  # noqa: E402
-from posttrain.generation import generate, render_chat_prompts  # noqa: E402
+from posttrain.evaluation import math_by_kind, math_generations  # noqa: E402
 from posttrain.rewards.math_verifier import verify_math  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 from posttrain.world.build import WorldPaths, read_jsonl  # noqa: E402
@@ -56,12 +54,11 @@ def ks_up_to(samples: int) -> list[int]:
 def measure(checkpoint: Path, cfg, samples: int, temperature: float, seed: int) -> dict:
     world = cfg.path(cfg.paths.world)
     rows = read_jsonl(WorldPaths(world).file("eval_math"), ("question", "answer"))
-    model, tokenizer = load_checkpoint(CheckpointRef(path=str(checkpoint.absolute()),
-                                                     digest=directory_digest(checkpoint)), for_training=False)
-    prompts = render_chat_prompts(tokenizer, [[user_turn(r["question"], True)] for r in rows])
-    outputs = generate(model, tokenizer, prompts, max_new_tokens=cfg.evaluation.max_new_tokens,
-                       batch_size=cfg.evaluation.batch_size, do_sample=True, temperature=temperature,
-                       num_samples=samples, seed=seed, desc=f"{samples} samples a problem")
+    ref = CheckpointRef(path=str(checkpoint.absolute()), digest=directory_digest(checkpoint))
+    model, tokenizer = load_checkpoint(ref, for_training=False)
+    outputs = math_generations(model, tokenizer, cfg, [r["question"] for r in rows], do_sample=True,
+                               temperature=temperature, num_samples=samples, seed=seed,
+                               desc=f"{samples} samples a problem")
     correct = [sum(verify_math(g.text, r["answer"]).reward == 1.0 for g in group)
                for group, r in zip(outputs, rows, strict=True)]
     # Keys are strings, as they are once the record has been through JSON.
@@ -70,7 +67,7 @@ def measure(checkpoint: Path, cfg, samples: int, temperature: float, seed: int) 
     kinds_per_k = {k: math_by_kind(world, scores) for k, scores in per_k.items()}
     by_kind = {kind: {k: kinds_per_k[k][kind] for k in per_k} for kind in next(iter(kinds_per_k.values()))}
     never = sum(c == 0 for c in correct) / len(correct)
-    return {"checkpoint": str(checkpoint), "digest": directory_digest(checkpoint), "samples": samples,
+    return {"checkpoint": str(checkpoint), "digest": ref.digest, "samples": samples,
             "temperature": temperature, "seed": seed, "pass_at_k": overall, "by_kind": by_kind,
             "never_solved": never, "correct_counts": correct}
 

@@ -34,7 +34,7 @@ configure_offline()
 
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import evaluate, math_by_kind  # noqa: E402
+from posttrain.evaluation import evaluate, math_by_kind, math_generations  # noqa: E402
 from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -133,8 +133,6 @@ def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
     phrasings (greedy), R1's sampled pass@1 on the suite, and the share of those samples that
     state the result without the working (reflection.answer_only). Greedy hides a policy that has become
     more reliable when sampled; the suite's unseen phrasings hide a gain on unseen problems."""
-    from posttrain.chat import user_turn
-    from posttrain.generation import generate, render_chat_prompts
     from posttrain.rewards.math_verifier import verify_math
     from posttrain.world.build import WorldPaths, read_jsonl
     from posttrain.world.reflection import is_answer_only
@@ -143,19 +141,15 @@ def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
     rows = read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("eval_math"),
                       ("question", "answer", "language", "op", "a", "b"))
 
-    def prompts(questions: list[str]) -> list[str]:
-        return render_chat_prompts(tokenizer, [[user_turn(q, True)] for q in questions])
-
     def score(outputs) -> float:
         return statistics.fmean(statistics.fmean(verify_math(g.text, r["answer"]).reward for g in group)
                                 for group, r in zip(outputs, rows, strict=True))
 
-    budget = dict(max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size)
-    rephrased = generate(model, tokenizer, prompts(with_training_phrasing(rows)), **budget,
-                         desc="held-out problems, training phrasings")
-    sampled = generate(model, tokenizer, prompts([r["question"] for r in rows]), **budget, do_sample=True,
-                       temperature=SAMPLED_PASS1["temperature"], top_p=SAMPLED_PASS1["top_p"],
-                       num_samples=SAMPLED_PASS1["samples"], desc="sampled pass@1")
+    rephrased = math_generations(model, tokenizer, cfg, with_training_phrasing(rows),
+                                 desc="held-out problems, training phrasings")
+    sampled = math_generations(model, tokenizer, cfg, [r["question"] for r in rows], do_sample=True,
+                               temperature=SAMPLED_PASS1["temperature"], top_p=SAMPLED_PASS1["top_p"],
+                               num_samples=SAMPLED_PASS1["samples"], desc="sampled pass@1")
     return {"math_training_phrasing": score(rephrased), "math_sampled_pass1": score(sampled),
             "math_answer_only_rate": statistics.fmean(is_answer_only(g.text) for group in sampled for g in group)}
 
@@ -377,14 +371,16 @@ def main() -> None:
     parent = CheckpointRef(path=str(parent_path.absolute()), digest=directory_digest(parent_path))
     parent_key = f"{parent_path} ({parent.digest[:12]})"
     parent_cfg = arm_config(args.config, {}, extra)
-    if parent_key not in store["parents"]:
-        parent_eval = evaluate(parent, parent_cfg, desc="evaluating parent")
-        store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": math_by_kind(
-            parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
+    known = store["parents"].get(parent_key, {})
+    if parent_key not in store["parents"] or any(k not in known for k in MORE):
+        model, tokenizer = load_checkpoint(parent, for_training=False)
+        if parent_key not in store["parents"]:
+            parent_eval = evaluate(parent, parent_cfg, model=model, tokenizer=tokenizer, desc="evaluating parent")
+            known = store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": math_by_kind(
+                parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
+        known.update(more_math_metrics(model, tokenizer, parent_cfg))
     if cold_start:
-        store["parents"][parent_key]["cold_start"] = cold_start
-    if any(k not in store["parents"][parent_key] for k in MORE):
-        store["parents"][parent_key].update(more_math_metrics(*load_checkpoint(parent, for_training=False), parent_cfg))
+        known["cold_start"] = cold_start
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run
     for arms in store["runs"].values():
         for records in arms.values():

@@ -118,6 +118,16 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, mod
     return EvalResult(metrics=metrics, per_item=per_item, samples=samples)
 
 
+def math_generations(model, tokenizer, cfg: PipelineConfig, questions: list[str], *, desc: str,
+                     **sampling) -> list[list]:
+    """Thinking-mode answers to math questions within the evaluation's token budget: greedy, or
+    sampled with `sampling` (do_sample, temperature, top_p, num_samples, seed) as `generate` takes
+    them. For measures beyond `evaluate`'s greedy suite (sampled pass@1, pass@k, re-phrased items)."""
+    prompts = render_chat_prompts(tokenizer, [[user_turn(q, True)] for q in questions])
+    return generate(model, tokenizer, prompts, max_new_tokens=cfg.evaluation.max_new_tokens,
+                    batch_size=cfg.evaluation.batch_size, desc=desc, **sampling)
+
+
 def math_by_kind(world_dir: Path, scores: list[float]) -> dict[str, float]:
     """Mean of per-item scores on the held-out math suite (pass@1, or any per-problem score) by
     level and operation ("L2*": level-2 multiplication): an average gain can hide one kind of
