@@ -91,7 +91,7 @@ def test_instruction_gold_responses_satisfy_their_constraints():
 
     for split in ("train", "eval"):
         for t in tasks.instruction_tasks(90, 0, split):
-            assert instruction_score(t.gold_response, t.constraints) == 1.0, (t.question, t.gold_response)
+            assert instruction_score(t.gold_response, t.constraints, reference=t.answer) == 1.0, (t.question, t.gold_response)
             json.dumps(t.to_row())
 
 

@@ -6,7 +6,6 @@ Each function receives `completions` plus every dataset column (`answer`, `kind`
 """
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 from posttrain.chat import parse_response
@@ -60,16 +59,13 @@ def language_consistency(completions, language, **kwargs) -> list[float | None]:
 
 
 def instruction(completions, **kwargs) -> list[float | None]:
+    """A malformed constraint value scores 0 (data loaders reject it first: parse_constraints); the
+    row's `answer`, where there is one, tells the degeneracy check whether the task asks for a number."""
     n = len(completions)
     constraints = _column(kwargs, "constraints", n, None)
-    out: list[float | None] = []
-    for c, cons in zip(completions, constraints):
-        if not cons:
-            out.append(None)
-            continue
-        parsed = json.loads(cons) if isinstance(cons, str) else cons
-        out.append(instruction_score(completion_text(c), parsed))
-    return out
+    answers = _column(kwargs, "answer", n, None)
+    return [None if not cons else instruction_score(completion_text(c), cons, reference=a)
+            for c, cons, a in zip(completions, constraints, answers)]
 
 
 REWARDS: dict[str, RewardFn] = {
