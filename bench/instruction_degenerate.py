@@ -107,7 +107,8 @@ def main() -> None:
              f"Gold responses scoring 1 after: {result['gold_responses_scoring_1']}; "
              f"{per_call_us:.0f} µs per call.", "",
              "| junk reply | before | after |", "| --- | --- | --- |"]
-    lines += [f"| {k} `{JUNK[k]!r}` | {v['before']:.3f} | {v['after']:.3f} |" for k, v in result["by_junk"].items()]
+    lines += [f"| {k} `{JUNK[k]!r}` | {v['before']:.3f} | {v['after']:.3f} |".replace("<|", "<\\|").replace("|>", "\\|>")
+              for k, v in result["by_junk"].items()]
     lines += ["", "| constraint | before | after |", "| --- | --- | --- |"]
     lines += [f"| {k} | {v['before']:.3f} | {v['after']:.3f} |" for k, v in result["by_constraint"].items()]
     (RESULTS / "instruction_degenerate.md").write_text("\n".join(lines) + "\n")
