@@ -285,14 +285,14 @@ def _build_seccomp() -> bytes | None:
     libseccomp for this machine's architecture; None without libseccomp."""
     import ctypes.util
 
-    lib = None
-    for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        found = ctypes.util.find_library("seccomp")
         try:
-            lib = ctypes.CDLL(name) if name else None
+            lib = ctypes.CDLL(found) if found else None
         except OSError:
-            continue
-        if lib is not None:
-            break
+            lib = None
     if lib is None:
         return None
     lib.seccomp_init.restype = ctypes.c_void_p
@@ -317,8 +317,9 @@ def _build_seccomp() -> bytes | None:
         for name in _SECCOMP_DENY:
             add(name, _scmp_errno(1))
         add("clone3", _scmp_errno(38))  # ENOSYS: its flags sit in memory a filter cannot read
-        for flag in _CLONE_NS_FLAGS:  # clone's flags are argument 0 on x86_64 and arm64
-            add("clone", _scmp_errno(1), _ScmpArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
+        if os.uname().machine in ("x86_64", "aarch64"):  # where clone's flags are argument 0
+            for flag in _CLONE_NS_FLAGS:
+                add("clone", _scmp_errno(1), _ScmpArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
         with tempfile.TemporaryFile() as f:
             if lib.seccomp_export_bpf(ctx, f.fileno()) != 0:
                 return None
@@ -508,6 +509,10 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     try:
         proc = subprocess.Popen(argv, stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                                 env={}, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+    except BaseException:
+        if info_r is not None:
+            os.close(info_r)
+        raise
     finally:
         for f in files:
             f.close()
@@ -565,8 +570,11 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
                 if key.data is None:
                     continue
                 os.set_blocking(key.fd, False)
-                try:
-                    while (chunk := os.read(key.fd, 65536)) and not exceeded:
+                try:  # stderr and info keep only their head: no need to read past it
+                    while not exceeded and (key.data is out or len(key.data) < 8192):
+                        chunk = os.read(key.fd, 65536)
+                        if not chunk:
+                            break
                         exceeded = take(key.data, chunk)
                 except BlockingIOError:
                     pass
@@ -604,7 +612,9 @@ def _stop(proc: subprocess.Popen, init_fd: int | None) -> None:
     if init_fd is not None:
         # The pidfd turns readable when the init has exited, which the kernel lets happen only
         # after every other process of its pid namespace is dead.
-        select.select([init_fd], [], [], 30)
+        poller = select.poll()
+        poller.register(init_fd, select.POLLIN)
+        poller.poll(30_000)
         os.close(init_fd)
 
 
