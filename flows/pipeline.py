@@ -1,8 +1,10 @@
 """The pipeline flow: stage -> evaluation -> gate -> registry, for each stage in order.
 
 Stage results are persisted and cached on what determines them (stage name, stage code version,
-stage config, parent checkpoint digest, input dataset versions, seed) and never on the run id, so a
-retried run or a new run with the same inputs reuses finished stages (shared/docs/FACTS.md).
+stage config, parent checkpoint digest, the content hashes of the data it reads, model settings,
+seed) and never on the run id, so a retried run or a new run with the same inputs reuses finished
+stages. Evaluation is cached on the checkpoint and the suites: changing an evaluation source reruns
+evaluation and gates only.
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ from posttrain.gates import judge  # noqa: E402
 from posttrain.liveness import running_process  # noqa: E402
 from posttrain.registry import Registry  # noqa: E402
 from posttrain.report import write_report  # noqa: E402
-from posttrain.schema import CheckpointRef, EvalResult, StageInputs, StageResult  # noqa: E402
-from posttrain.world.build import base_checkpoint, ensure_world, WorldPaths, EVAL_FILES, file_md5  # noqa: E402
+from posttrain.prepared import prepare  # noqa: E402
+from posttrain.schema import CheckpointRef, DatasetRef, EvalResult, StageInputs, StageResult  # noqa: E402
 
 FAIL_STAGE_ENV = "POSTTRAIN_FAIL_STAGE"  # fault injection for tests: fail this stage before it runs
 # Test-only, "<stage>:<seconds>": sleep after the stage's work, before its result is returned (and so
@@ -57,20 +59,18 @@ def stage_cache_key(context, parameters) -> str:
     module = importlib.import_module(f"stages.{name}")
     return "stage-" + _digest(name, module.STAGE_VERSION, cfg.stage(name).model_dump(mode="json"),
                               inputs.parent.digest, inputs.student.digest if inputs.student else None,
-                              sorted(d.md5 for d in inputs.datasets), inputs.seed, _world_version(cfg))
+                              sorted(d.md5 for d in inputs.datasets), {k: d.md5 for k, d in inputs.data.items()},
+                              inputs.model.model_dump(mode="json"), inputs.seed)
 
 
 def eval_cache_key(context, parameters) -> str:
     cfg: PipelineConfig = parameters["config"]
     from posttrain.evaluation import EVAL_VERSION
+    from posttrain.rewards import VERIFIER_VERSIONS
 
-    return "eval-" + _digest(EVAL_VERSION, parameters["checkpoint"].digest, cfg.evaluation.model_dump(mode="json"),
-                             _world_version(cfg))
-
-
-def _world_version(cfg: PipelineConfig) -> dict:
-    world = WorldPaths(cfg.path(cfg.paths.world))
-    return {name: file_md5(world.file(name)) for name in ("math_train", "direct_train", "instruction_train", *EVAL_FILES)}
+    return "eval-" + _digest(EVAL_VERSION, VERIFIER_VERSIONS, parameters["checkpoint"].digest, cfg.evaluation.model_dump(mode="json"),
+                             [s.model_dump(mode="json", exclude={"sources"}) for s in cfg.data.suites()],
+                             {k: d.md5 for k, d in parameters["suites"].items()}, cfg.base.settings().model_dump(mode="json"))
 
 
 @task(name="stage", cache_key_fn=stage_cache_key, persist_result=True, result_serializer="json",
@@ -93,10 +93,26 @@ def run_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> StageRe
 
 @task(name="evaluate", cache_key_fn=eval_cache_key, persist_result=True, result_serializer="json",
       task_run_name="evaluate-{label}")
-def evaluate_checkpoint(checkpoint: CheckpointRef, config: PipelineConfig, label: str) -> EvalResult:
+def evaluate_checkpoint(checkpoint: CheckpointRef, config: PipelineConfig, suites: dict[str, DatasetRef],
+                        label: str) -> EvalResult:
     from posttrain.evaluation import evaluate
 
-    return evaluate(checkpoint, config, desc=f"evaluating {label}")
+    return evaluate(checkpoint, config, suites=suites, desc=f"evaluating {label}")
+
+
+def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
+    """The starting checkpoint: the embedded world's base, or the configured model (HF id / path)."""
+    from posttrain.checkpoint import directory_digest
+
+    location = cfg.base.model if which == "teacher" else cfg.base.student
+    if location == "embedded":
+        from posttrain.world.build import base_checkpoint as embedded_base
+
+        return embedded_base(cfg, which)
+    local = Path(location) if Path(location).is_absolute() else cfg.path(location)
+    if local.is_dir():
+        return CheckpointRef(path=str(local), digest=directory_digest(local))
+    return CheckpointRef(path=location, digest=f"hub:{location}")
 
 
 def _code_revision() -> str:
@@ -168,7 +184,13 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
                on_gate_failure: str, started: float) -> dict:
     logger = get_run_logger()
     storage = cfg.path(cfg.paths.runs) / "prefect-results"
-    ensure_world(cfg, log=logger.info)
+    if "embedded" in (cfg.base.model, cfg.base.student):
+        from posttrain.world.build import ensure_world
+
+        ensure_world(cfg, log=logger.info)
+    data = prepare(cfg, cfg.path(cfg.paths.runs) / "prepared", tuple(s for s in STAGES if s in selected))
+    for note in (n for d in data.loaded.values() for n in d.notes):
+        logger.info(note)
 
     registry = Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
     lineage = {"flow_run": run_id, "config_hash": config_hash(cfg), "code_revision": _code_revision(),
@@ -176,7 +198,8 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
     report = {"run_id": run_id, "config": config_path, "wall_s": 0.0, "stages": []}
 
     base = base_checkpoint(cfg, "teacher")
-    base_eval, base_cached = _call(evaluate_checkpoint, force, storage, checkpoint=base, config=cfg, label="base")
+    base_eval, base_cached = _call(evaluate_checkpoint, force, storage, checkpoint=base, config=cfg, suites=data.suites,
+                                   label="base")
     evals: dict[str, EvalResult] = {"base": base_eval}
     report["stages"].append({"name": "base", "status": "passed", "cached": base_cached, "wall_s": 0.0,
                              "checkpoint": base.model_dump(), "gate": None, "eval": base_eval.metrics})
@@ -189,8 +212,8 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
             report["stages"].append({"name": name, "status": "skipped", "cached": False, "wall_s": 0.0})
             continue
         inputs = StageInputs(
-            work_dir=str(run_dir / name), world_dir=str(cfg.path(cfg.paths.world)), parent=current,
-            seed=cfg.seed, datasets=datasets,
+            work_dir=str(run_dir / name), data=data.for_stage(name), model=cfg.base.settings(), parent=current,
+            probe=data.probe(cfg) if name == "reasoning_rl" else None, seed=cfg.seed, datasets=datasets,
             student=base_checkpoint(cfg, "student") if name == "distillation" else None,
             data_store=str(cfg.path(cfg.paths.data_store)), dvc_remote=str(cfg.path(cfg.paths.dvc_remote)))
         entry = {"name": name, "status": "failed", "cached": False}
@@ -206,7 +229,8 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
         if same_checkpoint:  # a data-only stage: the policy did not change, neither did its scores
             evaluation = evals[current_name]
         else:
-            evaluation, _ = _call(evaluate_checkpoint, force, storage, checkpoint=result.checkpoint, config=cfg, label=name)
+            evaluation, _ = _call(evaluate_checkpoint, force, storage, checkpoint=result.checkpoint, config=cfg,
+                                  suites=data.suites, label=name)
         evals[name] = evaluation
         verdict = judge(name, cfg.stage(name).gate, evaluation, parent=current_name, evals=evals,
                         stage_metrics=result.train_metrics, confidence=cfg.evaluation.confidence)

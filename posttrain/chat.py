@@ -1,12 +1,19 @@
 """The one place that knows the conversation layout: chat template, mode switch, response shape.
 
 Responses follow Qwen3: `<think>\\n{reasoning}\\n</think>\\n\\n{answer}`; the non-thinking form keeps
-an empty think block. The mode is chosen by a `/think` or `/no_think` suffix on the user turn.
+an empty think block. How the mode is asked for depends on the model family (`ChatConfig`): a
+`/think` / `/no_think` suffix on the user turn (the embedded world, Qwen3's soft switch), a chat
+template argument (Qwen3's `enable_thinking`), or a system prompt. Inside posttrain a response
+always uses the canonical markers `<think>` / `</think>`; a model family with other markers is
+translated at the boundary (`to_canonical` / `from_canonical`).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -23,6 +30,94 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
+
+
+class ChatConfig(BaseModel):
+    """How a model family is spoken to. The defaults fit the embedded world and Qwen3's soft switch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    template: str | None = None   # Jinja chat template for a tokenizer without one (base models)
+    thinking_switch: Literal["suffix", "template_kwarg", "system_prompt", "none"] = "suffix"
+    think_suffix: str = " /think"
+    no_think_suffix: str = " /no_think"
+    template_kwarg: str = "enable_thinking"
+    think_system_prompt: str = ""
+    no_think_system_prompt: str = ""
+    think_open: str = THINK_OPEN
+    think_close: str = THINK_CLOSE
+    add_think_tokens: bool = False   # add missing markers to the vocabulary (resizes the embeddings)
+
+
+DEFAULT_CHAT = ChatConfig()
+
+
+def with_switch(turns: list[dict], chat: ChatConfig, thinking: bool | None) -> list[dict]:
+    """The conversation with the mode switch applied the way the model family reads it."""
+    turns = [dict(t) for t in turns]
+    if thinking is None or chat.thinking_switch in ("none", "template_kwarg"):
+        return turns
+    if chat.thinking_switch == "suffix":
+        last_user = max(i for i, t in enumerate(turns) if t["role"] == "user")
+        turns[last_user]["content"] += chat.think_suffix if thinking else chat.no_think_suffix
+        return turns
+    prompt = chat.think_system_prompt if thinking else chat.no_think_system_prompt
+    if turns and turns[0]["role"] == "system":
+        turns[0]["content"] = (prompt + "\n\n" + turns[0]["content"]).strip()
+    elif prompt:
+        turns.insert(0, {"role": "system", "content": prompt})
+    return turns
+
+
+def _template_kwargs(chat: ChatConfig, thinking: bool | None) -> dict:
+    return {chat.template_kwarg: thinking} if chat.thinking_switch == "template_kwarg" and thinking is not None else {}
+
+
+def render_prompt(tokenizer, chat: ChatConfig, turns: list[dict], thinking: bool | None) -> tuple[str, str]:
+    """(prompt text, prefill). The prefill is the part of the generation prompt that belongs to the
+    reply: Qwen3's template pre-fills an empty think block when thinking is off, and the reply is
+    only whole (and checkable for its mode) with it put back in front."""
+    turns = with_switch(turns, chat, thinking)
+    text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True,
+                                         **_template_kwargs(chat, thinking))
+    start = text.rfind(chat.think_open)
+    after_question = text.rfind(turns[-1]["content"]) + len(turns[-1]["content"])
+    prefill = text[start:] if start >= after_question else ""
+    return text, prefill
+
+
+def sft_example(tokenizer, chat: ChatConfig, messages: list[dict], thinking: bool | None) -> dict:
+    """Token ids of one conversation and its completion mask (1 on the final assistant reply and its
+    end-of-turn marker, 0 elsewhere), for any chat template: no `{% generation %}` markers needed."""
+    *history, reply = messages
+    reply = {"role": "assistant", "content": from_canonical(reply["content"], chat)}
+    prompt, prefill = render_prompt(tokenizer, chat, history, thinking)
+    full = tokenizer.apply_chat_template(with_switch(history, chat, thinking) + [reply], tokenize=False,
+                                         **_template_kwargs(chat, thinking))
+    if full.startswith(prompt):
+        # Whitespace after the end-of-turn marker is never generated (decoding stops at it).
+        completion = full[len(prompt):].rstrip("\n")
+    else:
+        text = reply["content"]
+        if prefill and text.startswith(prefill.rstrip()):
+            text = text[len(prefill.rstrip()):].lstrip()
+        completion = text + (tokenizer.eos_token or "")
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    return {"input_ids": prompt_ids + completion_ids,
+            "completion_mask": [0] * len(prompt_ids) + [1] * len(completion_ids)}
+
+
+def to_canonical(text: str, chat: ChatConfig) -> str:
+    if chat.think_open != THINK_OPEN or chat.think_close != THINK_CLOSE:
+        text = text.replace(chat.think_open, THINK_OPEN).replace(chat.think_close, THINK_CLOSE)
+    return text
+
+
+def from_canonical(text: str, chat: ChatConfig) -> str:
+    if chat.think_open != THINK_OPEN or chat.think_close != THINK_CLOSE:
+        text = text.replace(THINK_OPEN, chat.think_open).replace(THINK_CLOSE, chat.think_close)
+    return text
 
 
 def user_turn(question: str, thinking: bool | None) -> dict:

@@ -46,13 +46,54 @@ def _cmd_world(args) -> int:
     return 0
 
 
+def _cmd_data(args) -> int:
+    """`data check`: load every source of the config, print what each role and suite holds; bad
+    data exits non-zero with one line naming file, line or row, and column. `data add`: track a
+    user file under data/ with DVC (its hash then keys the stages that read it)."""
+    from posttrain.config import load_config
+
+    if args.action == "add":
+        from posttrain.datasets import track_user_data
+
+        for path in args.paths:
+            print(track_user_data(Path(path).absolute(), PROJECT_ROOT))
+        return 0
+    from posttrain.prepared import load_all
+    from posttrain.sources import overlaps, role_summary
+
+    cfg = load_config(args.config)
+    loaded = load_all(cfg)
+    print(f"{'role / suite':28} {'rows':>6}  {'kinds':24} {'languages':16} {'modes':28} dup")
+    for key, data in loaded.items():
+        summary = role_summary(data.rows)
+        fmt = lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=str))  # noqa: E731
+        print(f"{key:28} {summary['rows']:>6}  {fmt(summary['kinds']):24} {fmt(summary['languages']):16} "
+              f"{fmt(summary['modes']):28} {summary['duplicates']}")
+        if len(data.shares) > 1:
+            for label, share in data.shares.items():
+                print(f"  {'':26} share {share:.1%}  {label}")
+        for note in data.notes:
+            print(f"  note: {note}")
+    evals = {k: v.rows for k, v in loaded.items() if k.startswith("eval:")}
+    train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
+    print(f"train/eval overlap: {len(overlaps(train, evals))} rows")
+    return 0
+
+
 def _cmd_verify(args) -> int:
     if args.kind != "math":
         print(f"unknown verifier kind {args.kind!r} (known: math)", file=sys.stderr)
         return 2
     from posttrain.rewards.math_verifier import verify_stream
 
-    verify_stream(sys.stdin, sys.stdout)
+    # bytes in and out: any byte sequence gets a verdict line (bad_input at worst), written as UTF-8
+    # whatever the locale
+    counts = verify_stream(sys.stdin.buffer, sys.stdout.buffer)
+    if counts["bad_input"]:
+        more = ", ..." if counts["bad_input"] > len(counts["bad_lines"]) else ""
+        print(f"{counts['bad_input']} of {counts['lines']} lines were bad input "
+              f"(line {', '.join(map(str, counts['bad_lines']))}{more})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -439,14 +480,14 @@ def _cmd_resume(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from posttrain.config import STAGES
+
     parser = argparse.ArgumentParser(prog="posttrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the pipeline (stages, gates, registry, report card)")
     run.add_argument("--config", default=str(PROJECT_ROOT / "configs" / "default.yaml"))
-    run.add_argument("--stages", nargs="+", choices=[
-        "cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft", "general_rl", "distillation"],
-        help="run only these stages (default: all)")
+    run.add_argument("--stages", nargs="+", choices=STAGES, help="run only these stages (default: all)")
     run.add_argument("--seed", type=int, help="override the config's seed")
     run.add_argument("--force", action="store_true", help="recompute cached stages")
     run.add_argument("--on-gate-failure", choices=["stop", "continue"], default="stop",
@@ -459,7 +500,14 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--config", default=str(PROJECT_ROOT / "configs" / "default.yaml"))
     world.set_defaults(func=_cmd_world)
 
-    verify = sub.add_parser("verify", help="verify answers: JSON lines on stdin, one verdict per line out")
+    data = sub.add_parser("data", help="check the config's data sources, or track a data file with DVC")
+    data.add_argument("action", choices=["check", "add"])
+    data.add_argument("paths", nargs="*", help="add: files or directories under data/ to track")
+    data.add_argument("--config", default=str(PROJECT_ROOT / "configs" / "default.yaml"))
+    data.set_defaults(func=_cmd_data)
+
+    verify = sub.add_parser("verify", help="verify answers: JSON lines on stdin, one verdict per line out "
+                                           "(exit 1 when any line was bad input)")
     verify.add_argument("--kind", default="math")
     verify.set_defaults(func=_cmd_verify)
 
@@ -507,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_offline(PROJECT_ROOT)
     args = build_parser().parse_args(argv)
     from posttrain.config import ConfigError
-    from posttrain.world.build import DatasetError
+    from posttrain.dataio import DatasetError
 
     errors: tuple[type[BaseException], ...] = (ConfigError, DatasetError, FileNotFoundError, CLIError)
     if args.func in _OPERATIONS:

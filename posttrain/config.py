@@ -9,6 +9,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from posttrain.chat import ChatConfig
+from posttrain.schema import ModelSettings
+from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metrics
+from posttrain.sources import SourceConfig, TaskKind, _as_list
 from posttrain.world.corpus import CorpusConfig
 from posttrain.world.model import Architecture
 from posttrain.world.pretrain import PretrainConfig
@@ -17,9 +21,6 @@ STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_s
           "distillation")
 StageName = Literal["cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft",
                     "general_rl", "distillation"]
-METRICS = ("math_accuracy", "math_accuracy_en", "math_accuracy_zh", "format_rate", "language_consistency",
-           "mixed_language_rate", "no_think_compliance", "no_think_format", "no_think_accuracy", "instruction_accuracy",
-           "direct_accuracy", "mean_len_correct", "mean_len_wrong", "truncation_rate")
 
 
 class Strict(BaseModel):
@@ -52,10 +53,19 @@ class BaseModelConfig(Strict):
 
     model: str = "embedded"
     student: str = "embedded"
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "fp32"   # one precision for every stage
+    attn_implementation: str | None = None                     # e.g. sdpa, flash_attention_2
+    trust_remote_code: bool = False                            # run a model repository's own code
+    chat: ChatConfig = ChatConfig()
+    # The embedded world's tiny models (used only when model / student is `embedded`).
     teacher_architecture: Architecture = Architecture()
     student_architecture: Architecture = Architecture(hidden_size=128, intermediate_size=512)
     pretrain: PretrainConfig = PretrainConfig()
     student_pretrain: PretrainConfig = PretrainConfig(steps=400, learning_rate=4e-3)
+
+    def settings(self) -> ModelSettings:
+        return ModelSettings(dtype=self.dtype, attn_implementation=self.attn_implementation,
+                             trust_remote_code=self.trust_remote_code, chat=self.chat)
 
 
 class EvaluationConfig(Strict):
@@ -63,6 +73,71 @@ class EvaluationConfig(Strict):
     batch_size: int = Field(64, ge=1)
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     threads: int = Field(2, ge=1)
+
+
+# ---------------------------------------------------------------- data
+
+
+class EvalSampling(Strict):
+    """Greedy (samples: 1), or pass@1 averaged over `samples` draws at temperature / top-p, as R1
+    reports; a gate compares two checkpoints on the same suite, so always like with like."""
+
+    samples: int = Field(1, ge=1)
+    temperature: float = Field(0.6, gt=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    seed: int = 0
+
+
+class EvalSuiteConfig(Strict):
+    """A held-out suite: its metrics are `<name>/<metric>` (posttrain.metrics). `mode` row: each row's
+    `thinking` column decides; both: the suite is asked twice, as `<name>_think` and `<name>_no_think`."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: TaskKind
+    mode: Literal["think", "no_think", "both", "row"] = "think"
+    sources: list[SourceConfig]
+    sampling: EvalSampling = EvalSampling()
+
+    _one_or_many = field_validator("sources", mode="before")(lambda cls, v: _as_list(v))
+
+    def expanded(self) -> list["EvalSuiteConfig"]:
+        if self.mode != "both":
+            return [self]
+        return [self.model_copy(update={"name": f"{self.name}_{m}", "mode": m}) for m in ("think", "no_think")]
+
+
+class DataConfig(Strict):
+    """Where each role of the pipeline gets its rows (posttrain.sources): one source or a list."""
+
+    cold_start: list[SourceConfig] = []            # SFT: long-CoT traces (think block, answer)
+    reasoning_prompts: list[SourceConfig] = []     # reasoning RL: prompts with gold answers
+    rejection_prompts: list[SourceConfig] = []     # rejection sampling: prompts with gold answers
+    thinking: list[SourceConfig] = []              # fusion: extra thinking traces (replayed)
+    non_reasoning: list[SourceConfig] = []         # fusion: non-thinking SFT (direct answers, instructions)
+    general_prompts: list[SourceConfig] = []       # general RL: prompts of any kind
+    distillation_prompts: list[SourceConfig] = []  # distillation: prompts the teacher answers
+    eval: list[EvalSuiteConfig] = []
+
+    _one_or_many = field_validator("cold_start", "reasoning_prompts", "rejection_prompts", "thinking",
+                                   "non_reasoning", "general_prompts", "distillation_prompts",
+                                   mode="before")(lambda cls, v: _as_list(v))
+
+    def roles(self) -> dict[str, list[SourceConfig]]:
+        return {name: getattr(self, name) for name in type(self).model_fields if name != "eval"}
+
+    def suites(self) -> list[EvalSuiteConfig]:
+        return [s for suite in self.eval for s in suite.expanded()]
+
+    @model_validator(mode="after")
+    def _unique_suites(self):
+        names = [s.name for s in self.suites()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"evaluation suite names must be unique: {', '.join(dup)}")
+        return self
+
+    def metric_names(self) -> set[str]:
+        return {f"{s.name}/{m.name}" for s in self.suites() for m in suite_metrics(s.kind, s.mode)}
 
 
 # ---------------------------------------------------------------- gates
@@ -90,24 +165,16 @@ class GateTarget(Strict):
                              f"ratio_min (got {kinds or 'none'})")
         if self.ratio_min is not None and not self.of:
             raise ValueError(f"gate target ratio_min on {self.metric!r} needs `of: <stage>`")
-        if not self.metric.startswith("stage.") and self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; known: {', '.join(METRICS)}")
         return self
+
+    def references(self) -> list[str]:
+        return [r for r in (self.above, self.not_below, self.of) if r is not None]
 
 
 class GateConfig(Strict):
     targets: list[GateTarget] = []
-    # Capabilities that must not regress beyond noise against the parent checkpoint.
-    regression: list[str] = ["math_accuracy", "format_rate", "language_consistency",
-                             "no_think_compliance", "instruction_accuracy"]
-
-    @field_validator("regression")
-    @classmethod
-    def _known(cls, value: list[str]) -> list[str]:
-        unknown = [m for m in value if m not in METRICS]
-        if unknown:
-            raise ValueError(f"unknown metrics {unknown}; known: {', '.join(METRICS)}")
-        return value
+    # Capabilities (`<suite>/<metric>`) that must not regress beyond noise against the parent checkpoint.
+    regression: list[str] = []
 
 
 # ---------------------------------------------------------------- stages
@@ -152,15 +219,10 @@ class GRPOTrainerConfig(Strict):
 
 
 class ColdStartSFTConfig(Strict):
-    examples: int = Field(400, ge=1)
-    levels: list[int] = [1, 2, 3]
-    # Shares of solutions altered for the RL benches (0 in the pipeline, stages/cold_start_sft.py):
-    # steps half in the other language, a redundant check of the answer appended, the working left out.
-    mixed_language_share: float = Field(0.0, ge=0.0, le=1.0)
-    double_check_share: float = Field(0.0, ge=0.0, le=1.0)
-    answer_only_share: float = Field(0.0, ge=0.0, le=1.0)
+    """Trains on the `cold_start` data role."""
+
     trainer: SFTTrainerConfig = SFTTrainerConfig()
-    gate: GateConfig = GateConfig(targets=[GateTarget(metric="format_rate", min=0.9)])
+    gate: GateConfig = GateConfig()
 
 
 class RewardWeights(Strict):
@@ -203,64 +265,58 @@ class RLAlertsConfig(Strict):
 
 
 class ReasoningRLConfig(Strict):
-    prompts: int = Field(2000, ge=8)
-    levels: list[int] = [1, 2, 3]
+    """GRPO on the `reasoning_prompts` data role."""
+
     sampling: ProblemSamplingConfig = ProblemSamplingConfig()
     alerts: RLAlertsConfig = RLAlertsConfig()
     probe_every: int = Field(0, ge=0)    # held-out math probe every N steps (0: off)
-    probe_items: int = Field(100, ge=1)  # first N items of the held-out math suite
+    probe_items: int = Field(100, ge=1)  # first N items of the first evaluation suite of the prompts' kind
     rewards: RewardWeights = RewardWeights()
     reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig()
-    gate: GateConfig = GateConfig(targets=[GateTarget(metric="math_accuracy", above="cold_start_sft")])
+    gate: GateConfig = GateConfig()
 
 
 class RejectionSamplingConfig(Strict):
-    prompts: int = Field(400, ge=1)
+    """Samples the `rejection_prompts` data role and keeps verified answers."""
+
     samples_per_prompt: int = Field(4, ge=1)
     temperature: float = Field(0.8, gt=0)
     max_new_tokens: int = Field(160, ge=8)
     min_language_consistency: float = Field(1.0, ge=0, le=1)
-    reasoning_to_non_reasoning: float = Field(3.0, gt=0)  # R1 used about 600k : 200k
     max_per_prompt: int = Field(2, ge=1)
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="stage.kept_rows", min=100)], regression=[])
 
 
 class ModeFusionSFTConfig(Strict):
-    cold_start_replay: int = Field(0, ge=0)  # extra thinking rows replayed from the cold-start pool
-    no_think_math: int = Field(300, ge=0)
-    no_think_direct: int = Field(200, ge=0)
-    instruction_examples: int = Field(150, ge=0)
+    """One SFT over the rejection-sampled set, the `thinking` and `non_reasoning` data roles, and
+    no-think copies of the rejection-sampled prompts."""
+
+    no_think_pairs: int = Field(300, ge=0)   # rejection-sampled prompts also answered without thinking
     trainer: SFTTrainerConfig = SFTTrainerConfig(learning_rate=2e-4, epochs=2)
-    gate: GateConfig = GateConfig(targets=[
-        GateTarget(metric="no_think_compliance", min=0.9),
-        GateTarget(metric="math_accuracy", not_below="reasoning_rl"),
-    ], regression=["math_accuracy", "format_rate", "language_consistency"])
+    gate: GateConfig = GateConfig()
 
 
 class GeneralRLConfig(Strict):
-    instruction_prompts: int = Field(1500, ge=1)
-    math_prompts: int = Field(500, ge=0)
-    no_think_share: float = Field(0.3, ge=0, le=1)  # of the math prompts, asked with /no_think
+    """GRPO on the `general_prompts` data role; each row's kind picks its rewards."""
+
     alerts: RLAlertsConfig = RLAlertsConfig()
     rewards: RewardWeights = RewardWeights(correctness=1.0, format=0.1, instruction=1.0)
     reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig(max_steps=40)
-    gate: GateConfig = GateConfig(targets=[GateTarget(metric="instruction_accuracy", above="mode_fusion_sft")])
+    gate: GateConfig = GateConfig()
 
 
 class DistillationStageConfig(Strict):
-    prompts: int = Field(1500, ge=1)
-    no_think_share: float = Field(0.2, ge=0, le=1)
-    instruction_share: float = Field(0.15, ge=0, le=1)
+    """The teacher answers the `distillation_prompts` data role; the student learns its verified answers."""
+
     max_new_tokens: int = Field(160, ge=8)
     verified_only: bool = True  # train only on teacher responses the verifiers accept
     sft: SFTTrainerConfig = SFTTrainerConfig(learning_rate=1e-3, epochs=2)
     on_policy_steps: int = Field(0, ge=0)  # TRL DistillationTrainer (generalised JSD) after the SFT phase
     on_policy_learning_rate: float = Field(5e-5, gt=0)
     max_parameter_ratio: float = Field(1 / 3, gt=0, le=1)
-    gate: GateConfig = GateConfig(targets=[GateTarget(metric="math_accuracy", ratio_min=0.6, of="parent")],
-                                  regression=[])
+    gate: GateConfig = GateConfig()
 
 
 class StagesConfig(Strict):
@@ -288,6 +344,7 @@ class PipelineConfig(Strict):
     paths: PathsConfig = PathsConfig()
     world: WorldConfig = WorldConfig()
     base: BaseModelConfig = BaseModelConfig()
+    data: DataConfig = DataConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     stages: StagesConfig = StagesConfig()
     root: str = "."  # filled by load_config: the project directory relative paths hang off
@@ -298,6 +355,33 @@ class PipelineConfig(Strict):
 
     def stage(self, name: str) -> BaseModel:
         return getattr(self.stages, name)
+
+    @model_validator(mode="after")
+    def _gates_name_what_exists(self):
+        """Every metric a gate reads is produced by an evaluation suite, and every stage it compares
+        with runs before it: checked now, not after the stage has trained."""
+        metrics, suites = self.data.metric_names(), {s.name for s in self.data.suites()}
+        problems = []
+        for index, name in enumerate(STAGES):
+            gate = self.stage(name).gate
+            earlier = {"parent", "base", *STAGES[:index]}
+            for where, metric in [*((f"targets[{i}]", t.metric) for i, t in enumerate(gate.targets)),
+                                  *((f"regression[{i}]", m) for i, m in enumerate(gate.regression))]:
+                suite, _, short = metric.rpartition("/")
+                known = metric in metrics or (short.startswith(PER_LANGUAGE) and suite in suites)
+                if not known and not metric.startswith("stage."):
+                    problems.append(f"stages.{name}.gate.{where}: unknown metric {metric!r} "
+                                    f"(known: {', '.join(sorted(metrics)) or 'none: data.eval has no suites'})")
+                elif "/" in metric and METRIC_TABLE.get(short) and METRIC_TABLE[short].higher_is_better is None:
+                    problems.append(f"stages.{name}.gate.{where}: {metric!r} is descriptive and cannot be gated")
+            for i, target in enumerate(gate.targets):
+                for ref in target.references():
+                    if ref not in earlier:
+                        problems.append(f"stages.{name}.gate.targets[{i}]: {ref!r} is not a stage before {name} "
+                                        f"(use parent, base, or one of: {', '.join(STAGES[:index]) or 'none'})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def config_hash(model: BaseModel) -> str:

@@ -356,3 +356,22 @@ def store_for(inputs) -> DatasetStore:
     if not inputs.data_store:
         raise ValueError("this stage produces a dataset but its inputs name no data_store")
     return DatasetStore(Path(inputs.data_store), Path(inputs.dvc_remote) if inputs.dvc_remote else None)
+
+
+def track_user_data(path: Path, project_root: Path) -> str:
+    """`dvc add` a user's data file or directory in the project's own DVC repository (so `git`
+    versions its `.dvc` file and `dvc push` backs it up); returns a line naming the content hash.
+    Stages key their cache on the content of the data they read, so a changed file reruns exactly
+    the stages that consume it whether or not it is tracked; tracking makes each version
+    recoverable (`dvc checkout` at an old commit)."""
+    if not (project_root / ".dvc").is_dir():
+        raise FileNotFoundError(f"{project_root} is not a DVC project (run `dvc init` there first)")
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        path.relative_to(project_root)
+    except ValueError:
+        raise ValueError(f"{path} is outside the project {project_root}: copy it under data/ first") from None
+    Repo(str(project_root)).add(str(path))
+    md5 = _read_dvcfile_md5(path.with_name(path.name + ".dvc"))
+    return f"tracked {path.relative_to(project_root)} (md5 {md5}); commit {path.name}.dvc with git"

@@ -2,10 +2,12 @@
 sampling, distillation data and the base-model probe."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
+
+from posttrain.chat import ChatConfig, render_prompt, to_canonical
 
 
 @dataclass(frozen=True)
@@ -19,13 +21,25 @@ def render_chat_prompts(tokenizer, conversations: list[list[dict]]) -> list[str]
     return [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
 
 
+def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[list[dict], bool | None]],
+                     **options) -> list[list[Generation]]:
+    """Replies to (conversation, thinking mode) requests, rendered the way the model family reads
+    the mode switch; each reply's text is whole (a template's pre-filled empty think block put back)
+    and in the canonical think markers. `options` as `generate` takes them."""
+    rendered = [render_prompt(tokenizer, chat, turns, thinking) for turns, thinking in requests]
+    outputs = generate(model, tokenizer, [prompt for prompt, _ in rendered], **options)
+    return [[replace(g, text=to_canonical(prefill + g.text, chat)) for g in gens]
+            for (_, prefill), gens in zip(rendered, outputs)]
+
+
 @torch.inference_mode()
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0,
              num_samples: int = 1, seed: int = 0, desc: str = "generating") -> list[list[Generation]]:
     """Return, for each prompt, `num_samples` generations (greedy when do_sample is False)."""
-    was_training = model.training
+    was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
+    tokenizer.padding_side = "left"  # batched decoding continues every row from its last prompt token
     torch.manual_seed(seed)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     results: list[list[Generation]] = [[] for _ in prompts]
@@ -53,4 +67,5 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
                 results[idx[row // num_samples]].append(Generation(text, n, truncated))
             bar.update(len(idx) * num_samples)
     model.train(was_training)
+    tokenizer.padding_side = padding_side
     return results

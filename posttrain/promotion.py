@@ -476,17 +476,13 @@ def checkpoint_ref(registry: Registry, version: str):
                          num_parameters=int(mv["tags"]["num_parameters"]) if mv["tags"].get("num_parameters") else None)
 
 
-# Capabilities where a higher value is worse (posttrain.evaluation); all other paired metrics are
-# shares of items done right.
-LOWER_IS_BETTER = frozenset({"truncation_rate"})
-
-
 def compare(new, old, confidence: float = 0.95) -> list[dict]:
     """Per metric of two EvalResults on the same items: values and, where per-item outcomes exist,
     the paired difference new - old with its confidence interval (posttrain.gates.paired_interval).
     ``verdict``: "better" / "worse" when the interval excludes 0 (in the metric's good direction,
-    see LOWER_IS_BETTER), else "same"."""
+    posttrain.metrics), else "same"."""
     from posttrain.gates import paired_interval
+    from posttrain.metrics import higher_is_better
 
     rows = []
     for metric, value in new.metrics.items():
@@ -495,7 +491,7 @@ def compare(new, old, confidence: float = 0.95) -> list[dict]:
         a, b = new.per_item.get(metric), old.per_item.get(metric)
         if a and b and len(a) == len(b):
             mean, low, high = paired_interval(a, b, confidence)
-            up, down = ("worse", "better") if metric in LOWER_IS_BETTER else ("better", "worse")
+            up, down = ("worse", "better") if higher_is_better(metric) is False else ("better", "worse")
             row.update(diff=mean, low=low, high=high, verdict=up if low > 0 else down if high < 0 else "same")
         elif row["old"] is not None:
             row["diff"] = value - row["old"]
@@ -630,5 +626,5 @@ __all__ = [
     "PRODUCTION_ALIAS", "ACTIONS", "PromotionError", "PromotionRefused", "LockTimeout", "SimulatedCrash",
     "promote", "rollback", "history", "current_production", "previous_production", "reconcile",
     "lineage", "check_promotable", "checkpoint_ref", "compare", "evaluate_version", "regression_reason",
-    "LOWER_IS_BETTER", "resolve_version", "default_actor", "history_path", "intent_path",
+"resolve_version", "default_actor", "history_path", "intent_path",
 ]

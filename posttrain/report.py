@@ -6,15 +6,7 @@ import json
 import os
 from pathlib import Path
 
-CAPABILITY_ROWS = [
-    ("math_accuracy", "math pass@1 (greedy)"), ("math_accuracy_en", "  English"), ("math_accuracy_zh", "  Chinese"),
-    ("format_rate", "format compliance"), ("language_consistency", "language consistency"),
-    ("mixed_language_rate", "mixed-language rate"), ("no_think_compliance", "/no_think compliance (empty think)"),
-    ("no_think_format", "/no_think with one boxed answer"),
-    ("no_think_accuracy", "/no_think math pass@1"), ("instruction_accuracy", "instruction following"),
-    ("direct_accuracy", "direct answers"), ("mean_len_correct", "mean length, correct (tokens)"),
-    ("mean_len_wrong", "mean length, wrong (tokens)"), ("truncation_rate", "truncation rate"),
-]
+from posttrain.metrics import lookup
 CURVE_KEYS = ["loss", "reward", "rewards/correctness/mean", "rewards/instruction/mean", "completions/mean_length", "entropy"]
 
 
@@ -26,13 +18,20 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def capability_rows(stages: list[dict]) -> list[str]:
+    """Every metric any stage was evaluated on, in the order the evaluation produced them."""
+    return list(dict.fromkeys(key for s in stages for key in (s.get("eval") or {})))
+
+
 def render_markdown(report: dict) -> str:
     stages = report["stages"]
     lines = [f"# Report card — run {report['run_id']}", "",
              f"config `{report.get('config', '')}` · wall time {report.get('wall_s', 0):.0f} s", ""]
     header = "| capability | " + " | ".join(s["name"] for s in stages) + " |"
     lines += [header, "|" + "---|" * (len(stages) + 1)]
-    for key, label in CAPABILITY_ROWS:
+    for key in capability_rows(stages):
+        metric = lookup(key)
+        label = f"{key.rpartition('/')[0]}: {metric.label if metric else key}"
         lines.append(f"| {label} | " + " | ".join(_fmt(s.get("eval", {}).get(key)) for s in stages) + " |")
     lines.append("| **gate** | " + " | ".join(
         "–" if not s.get("gate") else ("passed" if s["gate"]["passed"] else "**FAILED**") for s in stages) + " |")
@@ -72,8 +71,8 @@ def plot_capabilities(report: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     stages = [s for s in report["stages"] if s.get("eval")]
-    keys = ["math_accuracy", "format_rate", "language_consistency", "no_think_compliance", "instruction_accuracy",
-            "direct_accuracy"]
+    # Shares of items done right (lengths and per-language splits are in the table).
+    keys = [k for k in capability_rows(stages) if (m := lookup(k)) and m.paired and m.higher_is_better]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for key in keys:
         ax.plot([s["name"] for s in stages], [s["eval"].get(key, 0) for s in stages], marker="o", label=key)

@@ -6,7 +6,11 @@ result, so a resumed run can rebuild the chain from these records alone.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
+
 from pydantic import BaseModel, Field
+
+from posttrain.chat import ChatConfig
 
 
 class CheckpointRef(BaseModel):
@@ -73,11 +77,22 @@ class StageResult(BaseModel):
     alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.RLAlerts)
 
 
+class ModelSettings(BaseModel):
+    """How every stage loads and speaks to the models (from the config's `base:` section)."""
+
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "fp32"
+    attn_implementation: str | None = None
+    trust_remote_code: bool = False
+    chat: ChatConfig = ChatConfig()
+
+
 class StageInputs(BaseModel):
     """What a stage starts from. Paths are absolute; the flow fills them in."""
 
     work_dir: str                       # this stage's own folder in the run
-    world_dir: str                      # world data (data/ by default)
+    data: dict[str, DatasetRef] = Field(default_factory=dict)  # data roles the stage reads, normalised
+    probe: DatasetRef | None = None     # a held-out suite for monitoring only (never in the cache key)
+    model: ModelSettings = ModelSettings()
     parent: CheckpointRef               # the checkpoint this stage continues from
     seed: int = 0
     datasets: list[DatasetRef] = Field(default_factory=list)   # produced by earlier stages

@@ -18,15 +18,38 @@ def common_args(output_dir: Path, seed: int) -> dict:
                 dataloader_num_workers=0, disable_tqdm=False, use_cpu=not torch.cuda.is_available())
 
 
-def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int, *, assistant_only_loss: bool = True):
+def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int):
+    """SFT on pre-tokenized rows with a completion mask (`sft_dataset`): the loss falls on the
+    replies only, with any chat template (TRL's assistant_only_loss needs `{% generation %}` marks)."""
     from trl import SFTConfig
 
     return SFTConfig(
         **common_args(output_dir, seed), learning_rate=cfg.learning_rate, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size, max_length=cfg.max_length,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type="cosine",
-        assistant_only_loss=assistant_only_loss, packing=False, save_strategy="no",
+        completion_only_loss=True, assistant_only_loss=False, packing=False, save_strategy="no",
     )
+
+
+class NoUsableRows(ValueError):
+    pass
+
+
+def require_rows(rows: list, stage: str, what: str) -> list:
+    """A stage never trains on nothing: zero usable rows is an error that says which data it lacked."""
+    if not rows:
+        raise NoUsableRows(f"{stage}: no usable rows in {what}; check the data source (posttrain data check) "
+                           "before training")
+    return rows
+
+
+def sft_dataset(tokenizer, chat, rows: list[dict]):
+    """Tokenized conversations (`messages` rows) with their completion masks, as SFTTrainer takes them."""
+    from datasets import Dataset
+
+    from posttrain.chat import sft_example
+
+    return Dataset.from_list([sft_example(tokenizer, chat, r["messages"], r.get("thinking")) for r in rows])
 
 
 def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float], *,
@@ -45,7 +68,7 @@ def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weight
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, top_k=0,
         # A stateful sampler (posttrain.rl) restores itself on resume; replaying batches to skip them
         # would re-draw problems the adaptive sampler has already moved past.
-        ignore_data_skip=stateful_sampler,
+        ignore_data_skip=False,
     )
 
 
@@ -75,3 +98,24 @@ def summary(log: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
             tail = values[-5:]
             out[key] = sum(tail) / len(tail)
     return out
+
+
+def grpo_dataset(tokenizer, chat, rows: list[dict]):
+    """Prompt rows as GRPOTrainer takes them: the prompt rendered once here (with the row's mode
+    switch, the way the model family reads it), the reply's pre-filled part beside it (`prefill`,
+    put back in front by `posttrain.rewards.on_whole_replies`), and every column a reward reads."""
+    import json
+
+    from datasets import Dataset
+
+    from posttrain.chat import render_prompt
+
+    out = []
+    for i, row in enumerate(rows):
+        prompt, prefill = render_prompt(tokenizer, chat, row["prompt"], row.get("thinking"))
+        out.append({"prompt": prompt, "prefill": prefill, "kind": row["kind"], "answer": row.get("answer", ""),
+                    "constraints": json.dumps(row["constraints"], ensure_ascii=False) if "constraints" in row else "",
+                    "tests": json.dumps(row["tests"]) if "tests" in row else "",
+                    "language": row.get("language", "en"), "thinking": bool(row.get("thinking")),
+                    "problem_index": i})
+    return Dataset.from_list(out)

@@ -1,9 +1,9 @@
 """Stage 6 — strong-to-weak distillation (Qwen3 sec. 4.5): the small student learns from the final
-teacher. Off-policy phase: SFT on the teacher's verified responses (sequence-level KD). Optional
-on-policy phase: TRL's DistillationTrainer (generalised JSD on the student's own samples)."""
+teacher. Off-policy phase: SFT on the teacher's verified responses to the `distillation_prompts`
+data role, in each prompt's mode (sequence-level KD). Optional on-policy phase: TRL's
+DistillationTrainer (generalised JSD on the student's own samples)."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -11,71 +11,63 @@ import torch
 from datasets import Dataset
 from trl import SFTTrainer
 
-from posttrain.chat import conversation, user_turn
+from posttrain.chat import render_prompt
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import DistillationStageConfig
+from posttrain.dataio import read_jsonl, write_jsonl
 from posttrain.datasets import store_for
-from posttrain.generation import generate, render_chat_prompts
-from posttrain.rewards import VERIFIER_VERSIONS
-from posttrain.rewards.format import format_ok
-from posttrain.rewards.instruction import instruction_score
-from posttrain.rewards.math_verifier import verify_math
+from posttrain.generation import generate_replies
+from posttrain.rewards import VERIFIER_VERSIONS, verify_row
+from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import common_args, numeric_log, resume_point, sft_args, summary
-from posttrain.world.build import WorldPaths, dataset_ref, pool_share, read_jsonl, write_jsonl
-from posttrain.world.tasks import instruction_mode
+from posttrain.trainers import common_args, numeric_log, require_rows, resume_point, sft_args, sft_dataset, summary
 
-STAGE_VERSION = "distillation/1"
+STAGE_VERSION = "distillation/2"
+
+
+def trusted(text: str, row: dict) -> bool:
+    """A teacher reply the student may learn: verified, and in the mode it was asked for."""
+    thinking = row.get("thinking")
+    if row["kind"] == "math":
+        shape_ok = format_ok(text, thinking is not False)
+    else:
+        shape_ok = thinking is None or mode_ok(text, thinking)
+    return shape_ok and verify_row(text, row)[0] == 1
 
 
 def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     started = time.time()
     torch.set_num_threads(config.sft.threads)
     work = Path(inputs.work_dir)
-    world = WorldPaths(Path(inputs.world_dir))
+    chat = inputs.model.chat
     if inputs.student is None:
         raise ValueError("distillation needs a student checkpoint (base.student in the config)")
-    teacher, tokenizer = load_checkpoint(inputs.parent, for_training=False)
-    student, student_tokenizer = load_checkpoint(inputs.student)
+    teacher, tokenizer = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
+    student, student_tokenizer = load_checkpoint(inputs.student, settings=inputs.model)
     ratio = student.num_parameters() / teacher.num_parameters()
     if ratio > config.max_parameter_ratio:
         raise ValueError(f"student has {ratio:.2f}x the teacher's parameters; "
                          f"stages.distillation.max_parameter_ratio is {config.max_parameter_ratio:.2f}")
 
-    # Prompts: math with and without thinking, plus instruction tasks, in configured shares.
-    n_instr = round(config.prompts * config.instruction_share)
-    n_no_think = round(config.prompts * config.no_think_share)
-    math_source, instr_source = world.file("math_train"), world.file("instruction_train")
-    problems = pool_share(read_jsonl(math_source, ("question", "answer", "language")), "distillation")
-    problems = problems[:config.prompts - n_instr]
-    tasks = pool_share(read_jsonl(instr_source, ("question", "constraints", "thinking")), "distillation")[:n_instr]
-    items = [(p, True) for p in problems[n_no_think:]] + [(p, False) for p in problems[:n_no_think]]
-    turns = [[user_turn(p["question"], thinking)] for p, thinking in items]
-    turns += [[user_turn(t["question"], instruction_mode(t))] for t in tasks]
-    responses = generate(teacher, tokenizer, render_chat_prompts(tokenizer, turns),
-                         max_new_tokens=config.max_new_tokens, desc="teacher responses")
+    source = inputs.data["distillation_prompts"]
+    prompts = require_rows(read_jsonl(Path(source.path)), "distillation", "distillation_prompts")
+    replies = generate_replies(teacher, tokenizer, chat, [(p["prompt"], p.get("thinking")) for p in prompts],
+                               max_new_tokens=config.max_new_tokens, desc="teacher responses")
 
     # Keep only responses the verifiers accept: the student should not learn the teacher's mistakes.
-    rows = []
-    for (p, thinking), (g,) in zip(items, responses[:len(items)]):
-        verified = verify_math(g.text, p["answer"]).reward == 1 and format_ok(g.text, thinking)
-        if not g.truncated and (verified or not config.verified_only):
-            rows.append({"messages": conversation(p["question"], g.text, thinking)})
-    for t, (g,) in zip(tasks, responses[len(items):]):
-        constraints = json.loads(t["constraints"]) if isinstance(t["constraints"], str) else t["constraints"]
-        if instruction_score(g.text, constraints) == 1 or not config.verified_only:
-            rows.append({"messages": conversation(t["question"], g.text, instruction_mode(t))})
-    if not rows:
-        raise ValueError(f"the teacher produced no verified response on {len(turns)} prompts: nothing to distil "
-                         "(check the teacher's gate results, or set stages.distillation.verified_only: false)")
+    rows = [{"messages": p["prompt"] + [{"role": "assistant", "content": g.text}], "thinking": p.get("thinking"),
+             "kind": p["kind"]}
+            for p, (g,) in zip(prompts, replies)
+            if not config.verified_only or (not g.truncated and trusted(g.text, p))]
+    rows = require_rows(rows, "distillation", f"the teacher's verified responses to {len(prompts)} prompts (check the "
+                        "teacher's gate results, or set stages.distillation.verified_only: false)")
     del teacher
     data_file = work / "distillation_set.jsonl"
     write_jsonl(rows, data_file)
-    store = store_for(inputs)
-    produced = store.track(data_file, name=f"{work.parent.name}/distillation_set.jsonl", rows=len(rows))
+    produced = store_for(inputs).track(data_file, name=f"{work.parent.name}/distillation_set.jsonl", rows=len(rows))
 
     trainer = SFTTrainer(model=student, args=sft_args(config.sft, work / "trainer", inputs.seed),
-                         train_dataset=Dataset.from_list(rows), processing_class=student_tokenizer)
+                         train_dataset=sft_dataset(student_tokenizer, chat, rows), processing_class=student_tokenizer)
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
     log = numeric_log(trainer)
     student = trainer.model
@@ -83,12 +75,13 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     if config.on_policy_steps:
         from trl import DistillationConfig, DistillationTrainer
 
-        teacher, _ = load_checkpoint(inputs.parent, for_training=False)
+        teacher, _ = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
         args = DistillationConfig(**common_args(work / "on_policy", inputs.seed), learning_rate=config.on_policy_learning_rate,
                                   max_steps=config.on_policy_steps, per_device_train_batch_size=16,
                                   max_completion_length=config.max_new_tokens, save_strategy="no")
+        prompt_texts = [render_prompt(student_tokenizer, chat, p["prompt"], p.get("thinking"))[0] for p in prompts]
         on_policy = DistillationTrainer(model=student, teacher_model=teacher, args=args,
-                                        train_dataset=Dataset.from_list([{"prompt": t} for t in turns]),
+                                        train_dataset=Dataset.from_list([{"prompt": t} for t in prompt_texts]),
                                         processing_class=student_tokenizer)
         on_policy.train()
         log += [{**row, "phase_on_policy": 1.0} for row in numeric_log(on_policy)]
@@ -97,9 +90,10 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     checkpoint = save_checkpoint(student, student_tokenizer, work / "checkpoint")
     return StageResult(
         name="distillation", checkpoint=checkpoint, parent=inputs.parent,
-        datasets_consumed=[dataset_ref(math_source), dataset_ref(instr_source)], datasets_produced=[produced],
+        datasets_consumed=[source], datasets_produced=[produced],
         train_log=log, verifier_versions=VERIFIER_VERSIONS,
-        train_metrics={"teacher_samples_kept": len(rows), "teacher_samples": len(turns),
+        train_metrics={"teacher_samples_kept": len(rows), "teacher_samples": len(prompts),
+                       "kept_no_think": float(sum(r["thinking"] is False for r in rows)),
                        "parameter_ratio": ratio, **summary(log, ("loss", "mean_token_accuracy"))},
         wall_s=time.time() - started,
     )

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.timeout(300)
 def _result(math_right: int, truncated: int = 0, n: int = 100) -> EvalResult:
     math = [1.0] * math_right + [0.0] * (n - math_right)
     trunc = [1.0] * truncated + [0.0] * (n - truncated)
-    return EvalResult(metrics={"math_accuracy": math_right / n, "truncation_rate": truncated / n,
+    return EvalResult(metrics={"math/accuracy": math_right / n, "math/truncation": truncated / n,
                                "mean_len_correct": 20.0},
-                      per_item={"math_accuracy": math, "truncation_rate": trunc})
+                      per_item={"math/accuracy": math, "math/truncation": trunc})
 
 
 @pytest.fixture
@@ -56,11 +56,11 @@ def fake(tmp_path, migrated_db, monkeypatch):  # noqa: F811
 
 def test_compare_knows_truncation_is_worse_when_higher():
     rows = {r["metric"]: r for r in promotion.compare(_result(50, truncated=60), _result(50, truncated=10))}
-    assert rows["truncation_rate"]["diff"] == pytest.approx(0.5) and rows["truncation_rate"]["low"] > 0
-    assert rows["truncation_rate"]["verdict"] == "worse"
-    assert rows["math_accuracy"]["verdict"] == "same"
+    assert rows["math/truncation"]["diff"] == pytest.approx(0.5) and rows["math/truncation"]["low"] > 0
+    assert rows["math/truncation"]["verdict"] == "worse"
+    assert rows["math/accuracy"]["verdict"] == "same"
     rows = {r["metric"]: r for r in promotion.compare(_result(50, truncated=10), _result(50, truncated=60))}
-    assert rows["truncation_rate"]["verdict"] == "better"
+    assert rows["math/truncation"]["verdict"] == "better"
 
 
 def test_significant_regression_rolls_back_with_the_evidence(fake):
@@ -71,15 +71,15 @@ def test_significant_regression_rolls_back_with_the_evidence(fake):
     out = promotion.evaluate_version(reg, cfg, "production", auto_rollback=True)
     assert seen == ["4", "2"]  # production against the production before it
     assert (out["version"], out["against"], out["production"]) == ("4", "2", "4")
-    assert [r["metric"] for r in out["regressions"]] == ["math_accuracy", "truncation_rate"]
+    assert [r["metric"] for r in out["regressions"]] == ["math/accuracy", "math/truncation"]
     entry = out["rollback"]
     assert (entry["action"], entry["from"], entry["to"]) == ("auto-rollback", "4", "2")
     assert promotion.current_production(reg) == "2" == reg.alias("production")
     assert promotion.history(reg)[-1] == entry
     # the reason names every regressed capability with both values and the paired CI
     assert re.fullmatch(r"v4 significantly worse than v2 on "
-                        r"math_accuracy 0\.300 vs 0\.700 \(diff -0\.400, 95% CI \[-0\.\d{3}, -0\.\d{3}\]\); "
-                        r"truncation_rate 0\.400 vs 0\.100 \(diff \+0\.300, 95% CI \[\+0\.\d{3}, \+0\.\d{3}\]\)",
+                        r"math/accuracy 0\.300 vs 0\.700 \(diff -0\.400, 95% CI \[-0\.\d{3}, -0\.\d{3}\]\); "
+                        r"math/truncation 0\.400 vs 0\.100 \(diff \+0\.300, 95% CI \[\+0\.\d{3}, \+0\.\d{3}\]\)",
                         entry["reason"]), entry["reason"]
     assert "mean_len_correct" not in entry["reason"]  # no per-item outcomes: no paired judgement
 
@@ -91,7 +91,7 @@ def test_no_significant_regression_keeps_production(fake):
     # 3 points lower on 100 items: inside the noise, not a regression
     results.update({"4": _result(67), "2": _result(70)})
     out = promotion.evaluate_version(reg, cfg, "4", auto_rollback=True)
-    row = next(r for r in out["comparison"] if r["metric"] == "math_accuracy")
+    row = next(r for r in out["comparison"] if r["metric"] == "math/accuracy")
     assert row["diff"] == pytest.approx(-0.03) and row["low"] < 0 < row["high"] and row["verdict"] == "same"
     assert out["regressions"] == [] and out["rollback"] is None
     assert [e["to"] for e in promotion.history(reg)] == ["2", "4"]
@@ -136,7 +136,7 @@ def test_cli_auto_rollback(fake, capsys):
     out = capsys.readouterr().out
     assert "previous production v2" in out.splitlines()[0]
     assert re.search(r"^production: 4 -> 2 \(reasoning_rl\) \[auto-rollback by .*reason: v4 significantly worse "
-                     r"than v2 on math_accuracy 0\.300 vs 0\.700", out, re.M), out
+                     r"than v2 on math/accuracy 0\.300 vs 0\.700", out, re.M), out
     assert cli.main(["evaluate", "production", "--auto-rollback", "--config", config]) == 0
     assert "nothing to roll back to" in capsys.readouterr().out  # 2 is the only production left
     assert cli.main(["evaluate", "1", "--auto-rollback", "--config", config]) == 2
@@ -188,7 +188,7 @@ def smoke_registry(tmp_path):
         version = registry.register(stage, CheckpointRef(path=str(path), digest=directory_digest(path)),
                                     {"parent_version": "base"})
         registry.record_gate(version, GateVerdict(stage=stage, passed=True, checks=[
-            GateCheck(name="format_rate >= 0", value=0.0, threshold=0.0, passed=True)]))
+            GateCheck(name="math/format >= 0", value=0.0, threshold=0.0, passed=True)]))
     return registry, str(config)
 
 
@@ -204,12 +204,12 @@ def test_auto_rollback_end_to_end(harness, smoke_registry, capsys):
     state = evaluate_flow(version="production", auto_rollback=True, config_path=config, return_state=True)
     assert state.is_completed(), state.message
     out = state.result()
-    truncation = next(r for r in out["comparison"] if r["metric"] == "truncation_rate")
+    truncation = next(r for r in out["comparison"] if r["metric"] == "math/truncation")
     assert (truncation["new"], truncation["old"], truncation["verdict"]) == (1.0, 0.0, "worse")
     entry = promotion.history(registry)[-1]
     assert (entry["action"], entry["from"], entry["to"]) == ("auto-rollback", "2", "1")
     assert entry["actor"] == f"flow-run:{state.state_details.flow_run_id}"
-    assert "truncation_rate 1.000 vs 0.000 (diff +1.000, 95% CI [+1.000, +1.000])" in entry["reason"]
+    assert "math/truncation 1.000 vs 0.000 (diff +1.000, 95% CI [+1.000, +1.000])" in entry["reason"]
     assert promotion.current_production(registry) == "1" == registry.alias("production")
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(
@@ -226,7 +226,7 @@ def test_auto_rollback_end_to_end(harness, smoke_registry, capsys):
     promotion.promote(registry, "2")
     assert cli.main(["evaluate", "production", "--auto-rollback", "--config", config]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"^production: 2 -> 3 \(distillation\) \[auto-rollback by .*truncation_rate 1\.000 vs 0\.000",
+    assert re.search(r"^production: 2 -> 3 \(distillation\) \[auto-rollback by .*math/truncation 1\.000 vs 0\.000",
                      printed, re.M), printed
     assert [e["action"] for e in promotion.history(registry)] == [
         "promote", "promote", "auto-rollback", "promote", "promote", "auto-rollback"]

@@ -24,7 +24,7 @@ def _report(runs: Path, run_id: str, stages: list[tuple], mtime: float) -> None:
     d.mkdir(parents=True, exist_ok=True)
     out = []
     for name, status, cached, gate, version in stages:
-        checks = [] if gate is None else [{"name": "math_accuracy >= 0.1", "value": 0.5 if gate else 0.01,
+        checks = [] if gate is None else [{"name": "math/accuracy >= 0.1", "value": 0.5 if gate else 0.01,
                                            "threshold": 0.1, "passed": gate, "detail": ""}]
         out.append({"name": name, "status": status, "cached": cached, "wall_s": 12.0,
                     "gate": None if gate is None else {"stage": name, "passed": gate, "checks": checks},
@@ -72,7 +72,7 @@ def test_status(project, capsys):
     lines = out.splitlines()
     assert any(line.split()[:5] == ["reasoning_rl", "passed", "yes", "passed", "12"] for line in lines), out
     assert any(line.split()[:4] == ["mode_fusion_sft", "failed", "no", "FAILED"] for line in lines), out
-    assert "mode_fusion_sft: failed check math_accuracy >= 0.1 = 0.010" in out
+    assert "mode_fusion_sft: failed check math/accuracy >= 0.1 = 0.010" in out
     assert "production: (none)" in out
     code, out, _ = run(capsys, "status", "run-a", "--config", cfg)
     assert code == 0 and out.startswith("run run-a: passed")
@@ -172,8 +172,8 @@ def test_evaluate_compares_with_production(project, capsys, monkeypatch):
         seen.append(ref.version)
         good = ref.version == "4"
         items = [1.0] * (70 if good else 30) + [0.0] * (30 if good else 70)
-        return EvalResult(metrics={"math_accuracy": sum(items) / 100, "mean_len_correct": 20.0 if good else 25.0},
-                          per_item={"math_accuracy": items})
+        return EvalResult(metrics={"math/accuracy": sum(items) / 100, "math/len_correct": 20.0 if good else 25.0},
+                          per_item={"math/accuracy": items})
 
     monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
     cfg = project["config"]
@@ -184,7 +184,7 @@ def test_evaluate_compares_with_production(project, capsys, monkeypatch):
     code, out, _ = run(capsys, "evaluate", "mode_fusion_sft", "--config", cfg)
     assert code == 0 and seen == ["4", "2"]
     assert "production v2" in out.splitlines()[0]
-    row = next(line.split() for line in out.splitlines() if line.startswith("math_accuracy"))
+    row = next(line.split() for line in out.splitlines() if line.startswith("math/accuracy"))
     assert row[1:4] == ["0.700", "0.300", "+0.400"] and row[-1] == "better"
     code, out, _ = run(capsys, "evaluate", "4", "--json", "--config", cfg)
     assert json.loads(out)["comparison"][0]["verdict"] == "better"
@@ -251,7 +251,7 @@ def test_operation_flows_record_their_flow_run_and_publish_artifacts(harness, pr
     from posttrain.schema import EvalResult
 
     monkeypatch.setattr(evaluation, "evaluate", lambda ref, cfg, **kw: EvalResult(
-        metrics={"math_accuracy": 0.5}, per_item={"math_accuracy": [1.0, 0.0] * 10}))
+        metrics={"math/accuracy": 0.5}, per_item={"math/accuracy": [1.0, 0.0] * 10}))
     cfg, reg = project["config"], project["registry"]
     ok = promote_flow(version="1", config_path=cfg, return_state=True)
     assert ok.is_completed()

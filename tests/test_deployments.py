@@ -178,7 +178,7 @@ def test_resume_of_a_failed_deployment_run_is_picked_up_by_the_runner(served, ca
     url, project, home = served
     cfg = yaml.safe_load((project / "smoke.yaml").read_text())
     strict = project / "strict.yaml"
-    cfg["stages"]["mode_fusion_sft"]["gate"] = {"targets": [{"metric": "format_rate", "min": 1.01}], "regression": []}
+    cfg["stages"]["mode_fusion_sft"]["gate"] = {"targets": [{"metric": "math/format", "min": 1.01}], "regression": []}
     strict.write_text(yaml.safe_dump(cfg))
     failed = _run("posttrain-pipeline/pipeline", config_path=str(strict))
     assert failed.state.is_failed() and "gate of mode_fusion_sft failed" in (failed.state.message or "")

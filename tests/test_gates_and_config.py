@@ -6,7 +6,7 @@ from posttrain.schema import EvalResult
 
 
 def _eval(values: list[float]) -> EvalResult:
-    return EvalResult(metrics={"math_accuracy": sum(values) / len(values)}, per_item={"math_accuracy": values})
+    return EvalResult(metrics={"math/accuracy": sum(values) / len(values)}, per_item={"math/accuracy": values})
 
 
 def test_paired_interval_is_centred_on_the_mean_difference():
@@ -21,7 +21,7 @@ def test_significantly_above_needs_more_than_noise():
     parent = _eval([0.0] * 100 + [1.0] * 100)
     clearly_better = _eval([1.0] * 40 + [0.0] * 60 + [1.0] * 100)  # 40 items flipped up
     barely = _eval([1.0] * 2 + [0.0] * 98 + [1.0] * 100)             # 2 items flipped up
-    gate = GateConfig(targets=[GateTarget(metric="math_accuracy", above="parent")], regression=[])
+    gate = GateConfig(targets=[GateTarget(metric="math/accuracy", above="parent")], regression=[])
     evals = {"cold_start_sft": parent}
     assert judge("reasoning_rl", gate, clearly_better, parent="cold_start_sft", evals=evals).passed
     assert not judge("reasoning_rl", gate, barely, parent="cold_start_sft", evals=evals).passed
@@ -31,14 +31,14 @@ def test_regression_beyond_noise_fails_the_gate_and_noise_does_not():
     parent = _eval([1.0] * 150 + [0.0] * 50)
     worse = _eval([0.0] * 40 + [1.0] * 110 + [0.0] * 50)
     noisy = _eval([0.0] * 2 + [1.0] * 148 + [1.0] * 2 + [0.0] * 48)
-    gate = GateConfig(targets=[], regression=["math_accuracy"])
+    gate = GateConfig(targets=[], regression=["math/accuracy"])
     assert not judge("x", gate, worse, parent="p", evals={"p": parent}).passed
     assert judge("x", gate, noisy, parent="p", evals={"p": parent}).passed
 
 
 def test_absolute_ratio_and_stage_metric_targets():
     teacher, student = _eval([1.0] * 10), _eval([1.0] * 7 + [0.0] * 3)
-    gate = GateConfig(targets=[GateTarget(metric="math_accuracy", ratio_min=0.6, of="parent"),
+    gate = GateConfig(targets=[GateTarget(metric="math/accuracy", ratio_min=0.6, of="parent"),
                                GateTarget(metric="stage.kept_rows", min=5)], regression=[])
     verdict = judge("distillation", gate, student, parent="general_rl", evals={"general_rl": teacher},
                     stage_metrics={"kept_rows": 4})
@@ -47,9 +47,27 @@ def test_absolute_ratio_and_stage_metric_targets():
 
 def test_gate_target_needs_exactly_one_kind():
     with pytest.raises(ValueError, match="exactly one"):
-        GateTarget(metric="math_accuracy", min=0.1, above="parent")
-    with pytest.raises(ValueError, match="unknown metric"):
-        GateTarget(metric="math_acc", min=0.1)
+        GateTarget(metric="math/accuracy", min=0.1, above="parent")
+
+
+def _config_with_gate(tmp_path, gate: str):
+    path = tmp_path / "gated.yaml"
+    path.write_text("data:\n  eval:\n    - {name: math, kind: math, sources: {path: m.jsonl}}\n"
+                    f"stages:\n  general_rl:\n    gate: {gate}\n")
+    return path
+
+
+def test_gates_may_only_name_metrics_the_suites_produce_and_stages_that_ran_before(tmp_path):
+    load_config(_config_with_gate(tmp_path, "{targets: [{metric: math/accuracy, above: reasoning_rl}], "
+                                            "regression: [math/format, math/accuracy_en]}"))
+    for gate, message in [
+            ("{targets: [{metric: math/acc, min: 0.1}]}", r"general_rl.gate.targets\[0\]: unknown metric 'math/acc'"),
+            ("{regression: [instruction/accuracy]}", r"unknown metric 'instruction/accuracy'"),
+            ("{targets: [{metric: math/accuracy, above: distillation}]}", r"'distillation' is not a stage before"),
+            ("{targets: [{metric: math/accuracy, above: reasoning}]}", r"'reasoning' is not a stage before"),
+            ("{regression: [math/len_wrong]}", r"descriptive and cannot be gated")]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(_config_with_gate(tmp_path, gate))
 
 
 def test_config_errors_name_the_field(tmp_path):
@@ -81,9 +99,9 @@ def test_cli_run_rejects_a_bad_config_before_starting_anything(tmp_path, capsys)
     from posttrain.cli import main
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text("stages:\n  cold_start_sft:\n    examples: -3\n")
+    bad.write_text("stages:\n  cold_start_sft:\n    trainer: {batch_size: -3}\n")
     assert main(["run", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "stages.cold_start_sft.examples" in err and "bad.yaml" in err
+    assert "stages.cold_start_sft.trainer.batch_size" in err and "bad.yaml" in err
     assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err

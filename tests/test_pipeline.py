@@ -63,15 +63,17 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     for s in report["stages"]:
         assert set(s) >= {"name", "status", "cached", "wall_s", "checkpoint", "gate", "eval"}
     assert set(stages["distillation"]["eval"]) >= {
-        "math_accuracy", "format_rate", "language_consistency", "no_think_compliance", "instruction_accuracy",
-        "mean_len_correct", "mean_len_wrong", "truncation_rate"}
+        "math/accuracy", "math/accuracy_en", "math/accuracy_zh", "math/format", "math/language_consistency",
+        "no_think/mode_compliance", "instruction/accuracy", "direct/accuracy", "math/len_correct",
+        "math/len_wrong", "math/truncation"}
     run_dir = smoke_project / "runs" / report["run_id"]
     assert (run_dir / "report.md").read_text().count("|") > 50
     assert (run_dir / "capabilities.png").stat().st_size > 1000
     assert (run_dir / "rl.png").stat().st_size > 1000
     assert "reasoning_rl rollout policy: current policy at each step" in (run_dir / "report.md").read_text()
-    assert stages["mode_fusion_sft"]["train_metrics"]["rows/cold_start_replay"] == 4
-    assert stages["general_rl"]["train_metrics"]["no_think_math_prompts"] == 1  # 30% of 4, rounded
+    assert stages["mode_fusion_sft"]["train_metrics"]["rows/thinking"] == 4       # data.thinking, limit 4
+    assert stages["mode_fusion_sft"]["train_metrics"]["rows/non_reasoning"] == 8  # two sources of 4
+    assert stages["general_rl"]["train_metrics"]["no_think_prompts"] >= 3  # general math rows 0-2 of 4 ask /no_think
 
     from posttrain.registry import Registry
 
@@ -111,7 +113,7 @@ def test_deleted_cached_checkpoint_is_recomputed_not_returned_dangling(prefect_h
 
 def test_failed_gate_fails_the_flow_and_rejects_the_checkpoint(prefect_harness, smoke_project, monkeypatch):
     cfg = yaml.safe_load((smoke_project / "smoke.yaml").read_text())
-    cfg["stages"]["cold_start_sft"]["gate"] = {"targets": [{"metric": "format_rate", "min": 1.01}], "regression": []}
+    cfg["stages"]["cold_start_sft"]["gate"] = {"targets": [{"metric": "math/format", "min": 1.01}], "regression": []}
     strict = smoke_project / "strict.yaml"
     strict.write_text(yaml.safe_dump(cfg))
     from flows.pipeline import pipeline

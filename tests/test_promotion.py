@@ -46,7 +46,7 @@ def fake_checkpoint(root: Path, name: str) -> CheckpointRef:
 
 def verdict(stage: str, passed: bool) -> GateVerdict:
     return GateVerdict(stage=stage, passed=passed, checks=[
-        GateCheck(name="math_accuracy >= 0.1", value=0.5 if passed else 0.01, threshold=0.1, passed=passed)])
+        GateCheck(name="math/accuracy >= 0.1", value=0.5 if passed else 0.01, threshold=0.1, passed=passed)])
 
 
 def populate(reg: Registry, root: Path) -> dict[str, CheckpointRef]:
@@ -374,11 +374,11 @@ def test_lineage_back_to_base(world, tmp_path):
 def test_compare_uses_paired_intervals():
     from posttrain.schema import EvalResult
 
-    old = EvalResult(metrics={"math_accuracy": 0.2, "mean_len_correct": 30.0},
-                     per_item={"math_accuracy": [0.0] * 80 + [1.0] * 20})
-    new = EvalResult(metrics={"math_accuracy": 0.6, "mean_len_correct": 25.0},
-                     per_item={"math_accuracy": [0.0] * 40 + [1.0] * 60})
+    old = EvalResult(metrics={"math/accuracy": 0.2, "math/len_correct": 30.0},
+                     per_item={"math/accuracy": [0.0] * 80 + [1.0] * 20})
+    new = EvalResult(metrics={"math/accuracy": 0.6, "math/len_correct": 25.0},
+                     per_item={"math/accuracy": [0.0] * 40 + [1.0] * 60})
     rows = {r["metric"]: r for r in promotion.compare(new, old, 0.95)}
-    assert rows["math_accuracy"]["verdict"] == "better" and rows["math_accuracy"]["low"] > 0
-    assert rows["mean_len_correct"]["verdict"] is None and rows["mean_len_correct"]["diff"] == -5.0
+    assert rows["math/accuracy"]["verdict"] == "better" and rows["math/accuracy"]["low"] > 0
+    assert rows["math/len_correct"]["verdict"] is None and rows["math/len_correct"]["diff"] == -5.0
     assert promotion.compare(old, new, 0.95)[0]["verdict"] == "worse"

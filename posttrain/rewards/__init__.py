@@ -6,9 +6,10 @@ Each function receives `completions` plus every dataset column (`answer`, `kind`
 """
 from __future__ import annotations
 
+import unicodedata
 from typing import Callable
 
-from posttrain.chat import parse_response
+from posttrain.chat import ChatConfig, parse_response, to_canonical
 from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION, code_execution
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
@@ -29,10 +30,36 @@ def _column(kwargs: dict, name: str, n: int, default=None) -> list:
     return kwargs.get(name) or [default] * n
 
 
+def _normalised_answer(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).strip().rstrip(".。!！").strip()
+    return text.casefold()
+
+
+def direct_match(response: str, reference: str) -> float:
+    """A `direct` task: the reply after the think block equals the reference answer, up to case,
+    Unicode width and a final full stop."""
+    answer = _normalised_answer(parse_response(response).answer)
+    return float(bool(answer) and answer == _normalised_answer(reference))
+
+
 def correctness(completions, answer, **kwargs) -> list[float | None]:
+    """Verified against the gold answer, by task kind: math (the math verifier) or direct
+    (normalised match); other kinds have their own rewards."""
     kinds = _column(kwargs, "kind", len(completions), "math")
-    return [verify_math(completion_text(c), a).reward if k == "math" else None
-            for c, a, k in zip(completions, answer, kinds)]
+    checks = {"math": lambda c, a: verify_math(c, a).reward, "direct": direct_match}
+    return [checks[k](completion_text(c), a) if k in checks else None for c, a, k in zip(completions, answer, kinds)]
+
+
+def on_whole_replies(fn: RewardFn, chat: ChatConfig) -> RewardFn:
+    """`fn` scored on whole replies in canonical think markers: TRL hands over the generated part
+    only, without what the chat template pre-filled (the `prefill` column, e.g. Qwen3's empty think
+    block when thinking is off)."""
+    def reward(completions, prefill=None, **kwargs):
+        prefill = prefill or [""] * len(completions)
+        return fn([to_canonical(p + completion_text(c), chat) for p, c in zip(prefill, completions)], **kwargs)
+
+    reward.__name__ = fn.__name__
+    return reward
 
 
 def format_reward(completions, **kwargs) -> list[float | None]:
@@ -66,6 +93,23 @@ def instruction(completions, **kwargs) -> list[float | None]:
     answers = _column(kwargs, "answer", n, None)
     return [None if not cons else instruction_score(completion_text(c), cons, reference=a)
             for c, cons, a in zip(completions, constraints, answers)]
+
+
+def verify_row(response: str, row: dict) -> tuple[float, str]:
+    """(score in [0, 1], reason) of a whole reply to a prompt row, by the row's task kind: what
+    rejection sampling keeps, distillation trusts and evaluation counts as correct."""
+    kind = row.get("kind", "math")
+    if kind == "math":
+        verdict = verify_math(response, row["answer"])
+        return verdict.reward, verdict.reason
+    if kind == "direct":
+        score = direct_match(response, row["answer"])
+        return score, "match" if score else "mismatch"
+    if kind == "instruction":
+        score = instruction_score(response, row["constraints"], reference=row.get("answer"))
+        return score, "constraints_met" if score == 1 else "constraints_failed"
+    result = code_execution([response], [row["tests"]])[0]
+    return (result or 0.0), "tests_passed" if result == 1 else "tests_failed"
 
 
 REWARDS: dict[str, RewardFn] = {

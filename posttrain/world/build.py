@@ -6,7 +6,6 @@ same functions directly for any other world directory (tests, smoke configs).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -14,16 +13,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from posttrain.chat import assemble_response
 from posttrain.config import PipelineConfig
-from posttrain.schema import CheckpointRef, DatasetRef
+from posttrain.dataio import file_md5, write_jsonl
+from posttrain.schema import CheckpointRef
 from posttrain.world import tasks
 
-TRAIN_FILES = ("math_train", "direct_train", "instruction_train")
+# The files the world provides, in the standard formats any user source has (posttrain.sources):
+# SFT rows (`messages`) and prompt rows (`prompt`, `kind`, `answer` / `constraints`, `language`,
+# `thinking`). configs/default.yaml points each data role at them like any user config would.
+ROLE_FILES = ("cold_start", "reasoning_prompts", "rejection_prompts", "non_reasoning_direct",
+              "non_reasoning_instruction", "non_reasoning_math", "general_instruction_prompts",
+              "general_math_prompts", "distillation_math_prompts", "distillation_instruction_prompts")
 EVAL_FILES = ("eval_math", "eval_no_think", "eval_instruction", "eval_direct")
-
-
-class DatasetError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -50,60 +52,14 @@ class WorldPaths:
         return self.data / f"{name}.jsonl"
 
 
-def file_md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def dataset_ref(path: Path, name: str | None = None) -> DatasetRef:
-    rows = sum(1 for _ in open(path, encoding="utf-8"))
-    return DatasetRef(name=name or path.stem, path=str(path), md5=file_md5(path), rows=rows)
-
-
-def write_jsonl(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
-    """Rows of a JSON-lines file; a bad row raises DatasetError naming the file and line."""
-    if not path.is_file():
-        raise DatasetError(f"dataset {path} is missing; build the world with `posttrain world data` or `dvc repro`")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise DatasetError(f"{path}:{line_no}: missing field(s) {', '.join(missing)}")
-            rows.append(row)
-    return rows
-
-
 # ---------------------------------------------------------------- build steps
 
 
 def build_data(cfg: PipelineConfig) -> dict:
     w, seed, paths = cfg.world, cfg.world.seed, WorldPaths(cfg.path(cfg.paths.world))
-    train = {
-        "math_train": [p.to_row() for p in tasks.math_problems(w.math_train, seed, "train", levels=w.levels)],
-        "direct_train": [d.to_row() for d in tasks.direct_tasks(w.direct_train, seed, "train")],
-        "instruction_train": [t.to_row() for t in tasks.instruction_tasks(w.instruction_train, seed, "train")],
-    }
+    math = [p.to_row() for p in tasks.math_problems(w.math_train, seed, "train", levels=w.levels)]
+    direct = [d.to_row() for d in tasks.direct_tasks(w.direct_train, seed, "train")]
+    instruction = [t.to_row() for t in tasks.instruction_tasks(w.instruction_train, seed, "train")]
     evals = {
         "eval_math": [p.to_row() for p in tasks.math_problems(2 * w.eval_math_per_language, seed + 1, "eval", levels=w.levels)],
         "eval_no_think": [p.to_row() for p in tasks.math_problems(w.eval_no_think, seed + 2, "eval", levels=w.levels)],
@@ -111,17 +67,62 @@ def build_data(cfg: PipelineConfig) -> dict:
         "eval_direct": [d.to_row() for d in tasks.direct_tasks(w.eval_direct, seed + 4, "eval")],
     }
     # The pretraining corpus draws from the same generators with the same seed; include it too.
-    train_prompts = [r["question"] for rows in train.values() for r in rows]
+    train_prompts = [r["question"] for rows in (math, direct, instruction) for r in rows]
     from posttrain.world.corpus import build_corpus, document_question
     corpus_questions = [document_question(doc) for doc in build_corpus(w.corpus, seed)]
     for name, rows in evals.items():
         tasks.check_no_overlap([r["question"] for r in rows], train_prompts + corpus_questions, what=f"in {name}")
+    files = {
+        "cold_start": [_trace(p, thinking=True) for p in pool_share(math, "cold_start")],
+        "reasoning_prompts": [_math_prompt(p, True) for p in pool_share(math, "reasoning_rl")],
+        "rejection_prompts": [_math_prompt(p, True) for p in pool_share(math, "rejection_sampling")],
+        "non_reasoning_direct": [_sft(d, assemble_response("", d["answer"]), False) for d in pool_share(direct, "mode_fusion")],
+        "non_reasoning_instruction": [_sft(t, t["gold_response"], tasks.instruction_mode(t))
+                                      for t in pool_share(instruction, "mode_fusion")],
+        "non_reasoning_math": [_trace(p, thinking=False) for p in pool_share(math, "mode_fusion")],
+        "general_instruction_prompts": [_instruction_prompt(t) for t in pool_share(instruction, "general_rl")],
+        # 30% of general RL's math asks /no_think (any prefix keeps the share), so RL trains the
+        # switch learnt in fusion instead of eroding it.
+        "general_math_prompts": [_math_prompt(p, i % 10 >= 3) for i, p in enumerate(pool_share(math, "general_rl"))],
+        "distillation_math_prompts": [_math_prompt(p, i % 5 != 0) for i, p in enumerate(pool_share(math, "distillation"))],
+        "distillation_instruction_prompts": [_instruction_prompt(t) for t in pool_share(instruction, "distillation")],
+        "eval_math": [_math_prompt(p, True) for p in evals["eval_math"]],
+        "eval_no_think": [_math_prompt(p, False) for p in evals["eval_no_think"]],
+        "eval_instruction": [_instruction_prompt(t) for t in evals["eval_instruction"]],
+        "eval_direct": [{"prompt": d["question"], "kind": "direct", "answer": d["answer"], "language": d["language"],
+                         "thinking": False, "id": d["id"]} for d in evals["eval_direct"]],
+    }
     manifest = {}
-    for name, rows in {**train, **evals}.items():
+    for name, rows in files.items():
         write_jsonl(rows, paths.file(name))
         manifest[name] = {"rows": len(rows), "md5": file_md5(paths.file(name))}
     (paths.data / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def _sft(task: dict, reply: str, thinking: bool | None) -> dict:
+    return {"messages": [{"role": "user", "content": task["question"]}, {"role": "assistant", "content": reply}],
+            "thinking": thinking, "language": task["language"], "id": task["id"]}
+
+
+def _trace(problem: dict, thinking: bool) -> dict:
+    """A worked solution (or, without thinking, the answer alone) in the target format; the
+    problem's fields stay beside it for benches that alter the working (bench/cold_start_variants.py)."""
+    answer = tasks.default_math_answer(problem["answer"], problem["language"])
+    row = _sft(problem, assemble_response(problem["reasoning"] if thinking else "", answer), thinking)
+    return {**row, "kind": "math", **{k: problem[k] for k in ("answer", "level", "op", "a", "b")}}
+
+
+def _math_prompt(problem: dict, thinking: bool) -> dict:
+    return {"prompt": problem["question"], "kind": "math", "answer": problem["answer"], "language": problem["language"],
+            "thinking": thinking, "id": problem["id"], "difficulty": problem["level"],
+            "group": f"L{problem['level']}{problem['op']}", "op": problem["op"]}
+
+
+def _instruction_prompt(task: dict) -> dict:
+    return {"prompt": task["question"], "kind": "instruction", "constraints": json.loads(task["constraints"]),
+            "answer": task["answer"], "language": task["language"], "thinking": tasks.instruction_mode(task),
+            "id": task["id"]}
 
 
 def build_tokenizer(cfg: PipelineConfig) -> None:
@@ -151,7 +152,7 @@ def build_base(cfg: PipelineConfig, which: str) -> dict:
 
 def world_ready(cfg: PipelineConfig) -> bool:
     paths = WorldPaths(cfg.path(cfg.paths.world))
-    needed = [paths.file(n) for n in TRAIN_FILES + EVAL_FILES] + [paths.tokenizer / "tokenizer.json"]
+    needed = [paths.file(n) for n in ROLE_FILES + EVAL_FILES] + [paths.tokenizer / "tokenizer.json"]
     if cfg.base.model == "embedded":
         needed.append(paths.base / "config.json")
     if cfg.base.student == "embedded":
@@ -215,8 +216,8 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
     return CheckpointRef(path=location, digest=f"hub:{location}")
 
 
-# Each stage draws its training problems from its own share of a pool, so stages do not train on
-# one another's prompts (fractions of the pool, so a small smoke world works the same way).
+# Each role file takes its own share of a generated pool, so stages do not train on one another's
+# prompts (fractions of the pool, so a small smoke world works the same way).
 POOL_SHARES = {"cold_start": (0.0, 0.1), "reasoning_rl": (0.1, 0.55), "rejection_sampling": (0.55, 0.7),
                "mode_fusion": (0.7, 0.8), "general_rl": (0.8, 0.9), "distillation": (0.9, 1.0)}
 

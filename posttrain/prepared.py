@@ -1,0 +1,88 @@
+"""Prepared data: every data role and evaluation suite of a config, loaded, normalised, checked
+and written once as content-addressed JSONL files that stages and evaluation read.
+
+A role's file name carries its content hash, so a stage's cache key (which holds the hashes of
+the roles it reads) changes exactly when one of its inputs does, and never when an evaluation
+suite or another stage's data changes. All checks (every source readable, mapped columns present,
+gold answers parseable, constraints known, no training question in an evaluation suite) run before
+the first file is written: bad data stops the run before any work and leaves nothing half-written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from posttrain.config import PipelineConfig
+from posttrain.dataio import DatasetError, dataset_ref, file_md5, write_jsonl
+from posttrain.schema import DatasetRef
+from posttrain.sources import RoleData, load_role, overlaps
+
+# Which data roles each stage reads.
+STAGE_ROLES = {
+    "cold_start_sft": ("cold_start",),
+    "reasoning_rl": ("reasoning_prompts",),
+    "rejection_sampling": ("rejection_prompts",),
+    "mode_fusion_sft": ("thinking", "non_reasoning"),
+    "general_rl": ("general_prompts",),
+    "distillation": ("distillation_prompts",),
+}
+
+
+@dataclass
+class PreparedData:
+    roles: dict[str, DatasetRef] = field(default_factory=dict)
+    suites: dict[str, DatasetRef] = field(default_factory=dict)
+    loaded: dict[str, RoleData] = field(default_factory=dict)   # role or `eval:<suite>` -> rows, shares
+
+    def for_stage(self, stage: str) -> dict[str, DatasetRef]:
+        return {role: self.roles[role] for role in STAGE_ROLES[stage] if role in self.roles}
+
+    def probe(self, cfg: PipelineConfig) -> DatasetRef | None:
+        """The first thinking-mode math suite: what an RL stage's held-out probe watches."""
+        math = [s.name for s in cfg.data.suites() if s.kind == "math" and s.mode in ("think", "row")]
+        return self.suites[math[0]] if math else None
+
+
+def load_suites(cfg: PipelineConfig) -> dict[str, list[dict]]:
+    root = Path(cfg.root)
+    return {s.name: load_role(f"eval:{s.name}", s.sources, root, cfg.seed).rows for s in cfg.data.suites()}
+
+
+def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None) -> dict[str, RoleData]:
+    """Every role the selected stages read, and every evaluation suite, loaded and checked."""
+    root = Path(cfg.root)
+    wanted = {role for stage, roles in STAGE_ROLES.items() if stages is None or stage in stages for role in roles}
+    loaded = {role: load_role(role, sources, root, cfg.seed)
+              for role, sources in cfg.data.roles().items() if sources and role in wanted}
+    for suite in cfg.data.suites():
+        loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed)
+    for stage in stages or STAGE_ROLES:
+        needed = [r for r in STAGE_ROLES[stage] if r not in ("thinking", "non_reasoning")]
+        for role in needed:
+            if role not in loaded:
+                raise DatasetError(f"stage {stage} needs data: set `data.{role}` in the config")
+    evals = {k.removeprefix("eval:"): v.rows for k, v in loaded.items() if k.startswith("eval:")}
+    train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
+    found = overlaps(train, evals)
+    if found:
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        raise DatasetError("training data contaminates evaluation: " + "; ".join(found[:3]) + more)
+    return loaded
+
+
+def prepare(cfg: PipelineConfig, out_dir: Path, stages: tuple[str, ...] | None = None) -> PreparedData:
+    loaded = load_all(cfg, stages)
+    prepared = PreparedData(loaded=loaded)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for key, data in loaded.items():
+        tmp = out_dir / f".{key.replace(':', '-')}.jsonl.tmp-prepare"
+        write_jsonl(data.rows, tmp)
+        final = out_dir / f"{key.replace(':', '-')}-{file_md5(tmp)[:12]}.jsonl"
+        tmp.replace(final)
+        ref = dataset_ref(final, name=key)
+        if key.startswith("eval:"):
+            prepared.suites[key.removeprefix("eval:")] = ref
+        else:
+            prepared.roles[key] = ref
+    return prepared
+

@@ -1,0 +1,457 @@
+"""Data sources: where each role of the pipeline gets its rows, in the forms users already have.
+
+A source is a local file or directory (JSONL, JSON, parquet, CSV, an Arrow `save_to_disk`
+directory) or a Hugging Face dataset id (through `datasets.load_dataset`, so a local HF cache works
+offline), with a `columns` mapping from the user's names to ours, and optional `split`, `limit`,
+`shuffle_seed` and `weight` (a share of the role's rows when a role mixes several sources).
+
+Every row is normalised into one of two shapes, whatever form it came in (TRL's standard formats
+are accepted as they are: conversational `messages`, `prompt` / `completion` plain or
+conversational, prompt-only with extra columns):
+
+- an SFT row (roles `cold_start`, `thinking`, `non_reasoning`):
+  ``{"messages": [..., {"role": "assistant", ...}], "thinking": bool | None, "language": str}``
+- a prompt row (roles `*_prompts` and evaluation suites):
+  ``{"prompt": [...messages ending with the user turn], "kind": "math" | "instruction" | "code" |
+  "direct", "answer" | "constraints" | "tests": ..., "language": str, "thinking": bool | None}``
+
+`thinking` is the mode switch to render (True: /think, False: /no_think, None: none, the prompt
+says it in words). The user turn holds the bare question: the chat module renders the switch the
+way the model family expects. Bad data raises DatasetError naming file, line (or row) and column,
+before anything is written.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from posttrain.chat import THINK_OPEN, assemble_response
+from posttrain.dataio import DatasetError, read_jsonl
+
+TaskKind = Literal["math", "instruction", "code", "direct"]
+TASK_KINDS: tuple[str, ...] = ("math", "instruction", "code", "direct")
+SFT_ROLES = ("cold_start", "thinking", "non_reasoning")
+PROMPT_ROLES = ("reasoning_prompts", "rejection_prompts", "general_prompts", "distillation_prompts")
+# Which mode an SFT row is in when its source does not say: cold-start and extra thinking traces
+# think; non-reasoning data answers directly (Qwen3 sec. 4.3).
+ROLE_THINKING = {"cold_start": True, "thinking": True, "non_reasoning": False}
+FORMATS = ("jsonl", "json", "parquet", "csv", "arrow")
+
+
+class SourceConfig(BaseModel):
+    """One data source of a role. Exactly one of `path` (local file or directory) and `hf` (a dataset
+    id for `datasets.load_dataset`)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    path: str | None = None
+    hf: str | None = None
+    hf_config: str | None = None           # the dataset's configuration name
+    split: str = "train"                   # split of an HF id or of a DatasetDict directory
+    format: Literal["auto", "jsonl", "json", "parquet", "csv", "arrow"] = "auto"
+    columns: dict[str, str] = {}           # the user's column name -> ours (e.g. {problem: prompt})
+    kind: TaskKind | None = None           # task kind of rows that have no `kind` column
+    language: str | None = None            # language of rows that have no `language` column
+    thinking: bool | None = None           # mode of rows that have no `thinking` column
+    limit: int | None = Field(None, ge=1)  # first N rows (after shuffling, when shuffle_seed is set)
+    shuffle_seed: int | None = None
+    weight: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_location(self):
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("a data source needs exactly one of `path` (local file or directory) and `hf` "
+                             "(a Hugging Face dataset id)")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.path is not None:
+            return self.path
+        return f"hf:{self.hf}" + (f"/{self.hf_config}" if self.hf_config else "") + f"[{self.split}]"
+
+
+def _as_list(value):
+    """A role takes one source or a list of them."""
+    return [value] if isinstance(value, dict) else value
+
+
+SourceList = list[SourceConfig]
+
+
+@dataclass
+class LocatedRow:
+    row: dict
+    where: str  # "file:line" or "file row N": what an error message names
+
+
+@dataclass
+class RoleData:
+    rows: list[dict]
+    shares: dict[str, float] = field(default_factory=dict)   # realised share of each source
+    notes: list[str] = field(default_factory=list)           # upsampling and other things to log
+
+
+# ---------------------------------------------------------------- reading any format
+
+
+def _detect_format(path: Path) -> str:
+    if path.is_dir():
+        return "arrow"
+    suffix = path.suffix.lower()
+    return {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
+            ".pq": "parquet", ".csv": "csv", ".arrow": "arrow"}.get(suffix, "")
+
+
+def read_source(source: SourceConfig, root: Path) -> list[LocatedRow]:
+    """Raw rows of one source, each with where it came from."""
+    if source.hf is not None:
+        return _read_hf(source)
+    path = Path(source.path)
+    path = path if path.is_absolute() else (root / path)
+    if not path.exists():
+        raise DatasetError(f"{source.path}: data source does not exist (resolved to {path})")
+    fmt = source.format if source.format != "auto" else _detect_format(path)
+    if not fmt:
+        raise DatasetError(f"{path}: cannot tell the format from the name; set `format:` to one of {', '.join(FORMATS)}")
+    if fmt == "jsonl":
+        return [LocatedRow(r, f"{path}:{i}") for i, r in _jsonl_rows(path)]
+    if fmt == "json":
+        return _read_json(path)
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    try:
+        if fmt == "parquet":
+            data = Dataset.from_parquet(str(path), keep_in_memory=True)
+        elif fmt == "csv":
+            data = Dataset.from_csv(str(path), keep_in_memory=True)
+        else:
+            data = load_from_disk(str(path), keep_in_memory=True)
+            if isinstance(data, DatasetDict):
+                if source.split not in data:
+                    raise DatasetError(f"{path}: no split {source.split!r} (has {', '.join(data)})")
+                data = data[source.split]
+    except DatasetError:
+        raise
+    except Exception as exc:  # the libraries' own errors vary by format; say which file failed
+        raise DatasetError(f"{path}: cannot read as {fmt} ({type(exc).__name__}: {exc})") from None
+    # CSV: the header is line 1, so data row i sits on line i + 2.
+    where = (lambda i: f"{path}:{i + 2}") if fmt == "csv" else (lambda i: f"{path} row {i}")
+    return [LocatedRow(dict(r), where(i)) for i, r in enumerate(data)]
+
+
+def _jsonl_rows(path: Path):
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{path}:{line_no}:{exc.start + 1}: not UTF-8 ({exc.reason})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{line_no}:{exc.colno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            yield line_no, row
+
+
+def _read_json(path: Path) -> list[LocatedRow]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of objects (or {{\"data\": [...]}})")
+    rows = []
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path} row {i}: expected a JSON object, got {type(row).__name__}")
+        rows.append(LocatedRow(row, f"{path} row {i}"))
+    return rows
+
+
+def _read_hf(source: SourceConfig) -> list[LocatedRow]:
+    from datasets import load_dataset
+
+    try:
+        data = load_dataset(source.hf, source.hf_config, split=source.split)
+    except Exception as exc:
+        raise DatasetError(f"hf:{source.hf}: cannot load split {source.split!r}"
+                           f"{f' of config {source.hf_config!r}' if source.hf_config else ''} ({type(exc).__name__}: "
+                           f"{exc}); offline, the dataset must already be in the local Hugging Face cache") from None
+    return [LocatedRow(dict(r), f"{source.label} row {i}") for i, r in enumerate(data)]
+
+
+# ---------------------------------------------------------------- normalising rows
+
+
+def _mapped(raw: dict, source: SourceConfig, where: str) -> dict:
+    missing = [user for user in source.columns if user not in raw]
+    if missing:
+        raise DatasetError(f"{where}: column {missing[0]!r} (mapped by `columns:` to {source.columns[missing[0]]!r}) "
+                           f"is missing; the row has {', '.join(sorted(raw)) or 'no columns'}")
+    renamed = {source.columns.get(k, k): v for k, v in raw.items()}
+    return renamed
+
+
+def _messages(value, where: str, column: str) -> list[dict]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise DatasetError(f"{where}: column {column!r} is text, not a list of messages") from None
+    if not isinstance(value, list) or not value or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value):
+        raise DatasetError(f"{where}: column {column!r} must be a non-empty list of {{role, content}} messages")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def _turns(value, where: str, column: str, role: str) -> list[dict]:
+    """A prompt or completion: plain text (one turn of `role`) or a list of messages."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise DatasetError(f"{where}: column {column!r} is empty")
+        return [{"role": role, "content": value}]
+    return _messages(value, where, column)
+
+
+def _bool_or_none(value, where: str, column: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().casefold()
+    if text in ("true", "1", "yes", "think", "thinking"):
+        return True
+    if text in ("false", "0", "no", "no_think", "non_thinking"):
+        return False
+    if text in ("", "none", "null"):
+        return None
+    raise DatasetError(f"{where}: column {column!r} must be true, false or empty (got {value!r})")
+
+
+def detect_language(text: str) -> str:
+    """"zh" when CJK characters outnumber Latin words, else "en" (the two scripts the language
+    reward tells apart); a `language` column or the source's `language:` overrides it."""
+    from posttrain.rewards.language import word_counts
+
+    cjk, latin = word_counts(text)
+    return "zh" if cjk > latin else "en"
+
+
+def _language(row: dict, source: SourceConfig, text: str) -> str:
+    value = row.get("language") or source.language
+    return str(value) if value else detect_language(text)
+
+
+def normalise_sft(raw: dict, source: SourceConfig, where: str, role: str) -> dict:
+    row = _mapped(raw, source, where)
+    if "messages" in row:
+        messages = _messages(row["messages"], where, "messages")
+    elif "prompt" in row and "completion" in row:
+        messages = _turns(row["prompt"], where, "prompt", "user") + _turns(row["completion"], where, "completion", "assistant")
+    else:
+        raise DatasetError(f"{where}: an SFT row needs a `messages` column or `prompt` and `completion` columns "
+                           f"(has {', '.join(sorted(raw)) or 'none'}; map yours with `columns:`)")
+    if messages[-1]["role"] != "assistant" or not messages[-1]["content"].strip():
+        raise DatasetError(f"{where}: column 'messages': the last message must be a non-empty assistant reply")
+    if not any(m["role"] == "user" for m in messages):
+        raise DatasetError(f"{where}: column 'messages': no user turn")
+    thinking = _bool_or_none(row["thinking"], where, "thinking") if "thinking" in row else (
+        source.thinking if source.thinking is not None else ROLE_THINKING[role])
+    reply = messages[-1]["content"]
+    if thinking is False and THINK_OPEN not in reply:
+        # Non-thinking replies keep an empty think block (Qwen3), so the mode is visible in the reply.
+        messages[-1] = {"role": "assistant", "content": assemble_response("", reply)}
+    user_text = " ".join(m["content"] for m in messages if m["role"] == "user")
+    out = {"messages": messages, "thinking": thinking, "language": _language(row, source, user_text)}
+    for key in ("id", "kind", "source"):
+        if key in row and row[key] is not None:
+            out[key] = row[key]
+    return out
+
+
+def normalise_prompt(raw: dict, source: SourceConfig, where: str) -> dict:
+    row = _mapped(raw, source, where)
+    if "prompt" in row:
+        prompt = _turns(row["prompt"], where, "prompt", "user")
+    elif "messages" in row:
+        prompt = _messages(row["messages"], where, "messages")
+        if prompt[-1]["role"] == "assistant":
+            prompt = prompt[:-1]
+    else:
+        raise DatasetError(f"{where}: a prompt row needs a `prompt` (or `messages`) column "
+                           f"(has {', '.join(sorted(raw)) or 'none'}; map yours with `columns:`)")
+    if not prompt or prompt[-1]["role"] != "user":
+        raise DatasetError(f"{where}: column 'prompt' must end with a user turn")
+    kind = row.get("kind") or source.kind
+    if kind not in TASK_KINDS:
+        raise DatasetError(f"{where}: column 'kind' is {kind!r}; each prompt row needs a task kind, one of "
+                           f"{', '.join(TASK_KINDS)} (a `kind` column, or `kind:` on the source)")
+    out = {"prompt": prompt, "kind": kind,
+           "thinking": _bool_or_none(row["thinking"], where, "thinking") if "thinking" in row else source.thinking,
+           "language": _language(row, source, prompt[-1]["content"])}
+    out.update(_task_fields(kind, row, where))
+    for key in ("id", "difficulty", "group", "source"):
+        if key in row and row[key] is not None:
+            out[key] = row[key]
+    return out
+
+
+def _task_fields(kind: str, row: dict, where: str) -> dict:
+    """What each kind's verifier needs, checked now so that no reward meets bad data mid-training."""
+    if kind in ("math", "direct"):
+        answer = row.get("answer")
+        if answer is None or isinstance(answer, (dict, list, bool)) or not str(answer).strip():
+            raise DatasetError(f"{where}: column 'answer' is missing or empty (a {kind} row needs its gold answer)")
+        answer = str(answer)
+        if kind == "math":
+            from posttrain.rewards.math_verifier import GoldAnswerError, check_gold
+
+            try:
+                check_gold(answer)
+            except GoldAnswerError as exc:
+                raise DatasetError(f"{where}: column 'answer': {exc}") from None
+        return {"answer": answer}
+    if kind == "instruction":
+        # A reference answer, where the data has one, tells the verifier what counts as content.
+        reference = row.get("answer")
+        return {"constraints": _constraints(row, where), **({"answer": str(reference)} if reference else {})}
+    tests = row.get("tests")
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{where}: column 'tests' is not valid JSON ({exc.msg})") from None
+    if not isinstance(tests, list) or not tests:
+        raise DatasetError(f"{where}: column 'tests' must be a non-empty list of test cases (a code row)")
+    return {"tests": tests}
+
+
+def _constraints(row: dict, where: str) -> list[dict]:
+    import importlib
+
+    # (posttrain.rewards also has a reward function named `instruction`: import the module itself)
+    verifier = importlib.import_module("posttrain.rewards.instruction")
+
+    if "instruction_id_list" in row and "constraints" not in row:   # IFEval / Tulu-3 form
+        converter = getattr(verifier, "constraints_from_ifeval", None)
+        if converter is None:
+            raise DatasetError(f"{where}: column 'instruction_id_list': the IFEval form is not supported yet")
+        try:
+            return converter(row["instruction_id_list"], row.get("kwargs") or [])
+        except ValueError as exc:
+            raise DatasetError(f"{where}: column 'instruction_id_list': {exc}") from None
+    value = row.get("constraints")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{where}: column 'constraints' is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, list) or not value:
+        raise DatasetError(f"{where}: column 'constraints' must be a non-empty list of constraints (an instruction row)")
+    try:
+        verifier.validate_constraints(value)
+    except ValueError as exc:
+        raise DatasetError(f"{where}: column 'constraints': {exc}") from None
+    return value
+
+
+# ---------------------------------------------------------------- a role: sources mixed by weight
+
+
+def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> RoleData:
+    """Every source of a role, normalised, then mixed: without weights, concatenated in order; with
+    weights (all or none), each source gets round(total * w / sum(w)) rows of the role's total (the
+    sum of the sources' sizes), drawn with the seed; a source smaller than its share is upsampled,
+    which `notes` says."""
+    per_source: list[tuple[SourceConfig, list[dict]]] = []
+    for source in sources:
+        raw = read_source(source, root)
+        if source.shuffle_seed is not None:
+            random.Random(source.shuffle_seed).shuffle(raw)
+        if source.limit is not None:
+            raw = raw[:source.limit]
+        if not raw:
+            raise DatasetError(f"{source.label}: data source of role {role!r} is empty")
+        normalise = (lambda r, w: normalise_sft(r, source, w, role)) if role in SFT_ROLES else (
+            lambda r, w: normalise_prompt(r, source, w))
+        per_source.append((source, [normalise(r.row, r.where) for r in raw]))
+    weights = [s.weight for s, _ in per_source]
+    if any(w is not None for w in weights) and not all(w is not None for w in weights):
+        raise DatasetError(f"role {role!r}: give every source a `weight`, or none")
+    if not per_source:
+        return RoleData([])
+    total = sum(len(rows) for _, rows in per_source)
+    if weights[0] is None:
+        rows = [r for _, source_rows in per_source for r in source_rows]
+        return RoleData(rows, {s.label: len(r) / total for s, r in per_source})
+    rng = random.Random(f"{role}/{seed}")
+    mixed, notes, counts = [], [], {}
+    for source, source_rows in per_source:
+        want = round(total * source.weight / sum(weights))
+        full, rest = divmod(want, len(source_rows))
+        drawn = source_rows * full + rng.sample(source_rows, rest)
+        if full:
+            notes.append(f"role {role!r}: {source.label} upsampled {want / len(source_rows):.2f}x "
+                         f"({len(source_rows)} rows -> {want})")
+        counts[source.label] = len(drawn)
+        mixed.extend(drawn)
+    rng.shuffle(mixed)
+    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes)
+
+
+# ---------------------------------------------------------------- contamination
+
+
+def normalised_question(text: str) -> str:
+    """The question as compared for train/eval overlap: NFKC, case-folded, punctuation and spacing
+    removed, the mode-switch suffixes dropped."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = re.sub(r"/(no_)?think\b", " ", text)
+    return re.sub(r"[\W_]+", "", text)
+
+
+def question_of(row: dict) -> str:
+    turns = row.get("prompt") or row.get("messages") or []
+    users = [m["content"] for m in turns if m["role"] == "user"]
+    return users[-1] if users else ""
+
+
+def overlaps(train: dict[str, list[dict]], evals: dict[str, list[dict]]) -> list[str]:
+    """Training rows whose question also appears in an evaluation suite (exact or normalised)."""
+    seen: dict[str, str] = {}
+    for suite, rows in evals.items():
+        for row in rows:
+            seen.setdefault(normalised_question(question_of(row)), suite)
+    found = []
+    for role, rows in train.items():
+        for i, row in enumerate(rows):
+            key = normalised_question(question_of(row))
+            if key and key in seen:
+                found.append(f"role {role!r} row {i} repeats a question of eval suite {seen[key]!r}: "
+                             f"{question_of(row)[:80]!r}")
+    return found
+
+
+def role_summary(rows: list[dict]) -> dict:
+    """What `posttrain data check` prints for a role: rows per kind and language, duplicates."""
+    questions = Counter(normalised_question(question_of(r)) for r in rows)
+    return {"rows": len(rows),
+            "kinds": dict(Counter(r.get("kind", "sft") for r in rows)),
+            "languages": dict(Counter(r.get("language", "?") for r in rows)),
+            "modes": dict(Counter({True: "think", False: "no_think", None: "none"}[r.get("thinking")] for r in rows)),
+            "duplicates": sum(c - 1 for c in questions.values() if c > 1)}
