@@ -1,5 +1,6 @@
-"""Calibration runs outside Prefect: one stage from a given parent checkpoint, then a paired
-comparison of held-out math pass@1 (the same test the gates use).
+"""Calibration runs outside Prefect: one stage from a given parent checkpoint, on the data roles
+the config gives it, then a paired comparison of one held-out metric (math/accuracy unless
+`--metric` says otherwise; the same test the gates use).
 
     python bench/calibrate_stage.py --config configs/default.yaml --stage reasoning_rl \
         --parent runs/<run>/cold_start_sft/checkpoint --out /tmp/rl_try --set trainer.learning_rate=4e-5
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -16,28 +18,36 @@ import yaml
 from posttrain.env import configure_offline
 
 configure_offline()
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own modules, however this is loaded
+
+from stage_data import prepared_data, stage_inputs  # noqa: E402
 
 from posttrain.checkpoint import directory_digest  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
+from posttrain.config import STAGES, load_config  # noqa: E402
 from posttrain.evaluation import evaluate  # noqa: E402
 from posttrain.gates import paired_interval  # noqa: E402
-from posttrain.schema import CheckpointRef, DatasetRef, StageInputs  # noqa: E402
+from posttrain.schema import CheckpointRef, DatasetRef  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default="configs/default.yaml")
-    parser.add_argument("--stage", required=True)
+    parser.add_argument("--stage", required=True, choices=STAGES)
     parser.add_argument("--parent", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--set", action="append", default=[], help="dotted override inside the stage config")
     parser.add_argument("--datasets-from", type=Path, help="a run's report.json: hand its produced datasets on")
     parser.add_argument("--student", type=Path, help="student checkpoint (distillation)")
+    parser.add_argument("--metric", default="math/accuracy", help="the held-out metric compared, <suite>/<metric>")
     args = parser.parse_args()
     overrides = {f"stages.{args.stage}.{k}": yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     cfg = load_config(args.config, overrides=overrides)
+    if args.metric not in cfg.data.metric_names():
+        raise SystemExit(f"--metric {args.metric!r}: not a paired metric of the config's suites "
+                         f"({', '.join(sorted(cfg.data.metric_names()))})")
+    data = prepared_data(cfg, (args.stage,))
     parent = CheckpointRef(path=str(args.parent.absolute()), digest=directory_digest(args.parent))
-    before = evaluate(parent, cfg)
+    before = evaluate(parent, cfg, suites=data.suites)
     started = time.time()
     module = __import__(f"stages.{args.stage}", fromlist=["run"])
     datasets = []
@@ -47,16 +57,18 @@ def main() -> None:
     student = None
     if args.student:
         student = CheckpointRef(path=str(args.student.absolute()), digest=directory_digest(args.student))
-    result = module.run(cfg.stage(args.stage), StageInputs(
-        work_dir=str(args.out.absolute()), world_dir=str(cfg.path(cfg.paths.world)), parent=parent,
+    result = module.run(cfg.stage(args.stage), stage_inputs(
+        cfg, args.stage, data, work_dir=args.out.absolute(), parent=parent, seed=cfg.seed,
         datasets=datasets, student=student, data_store=str(cfg.path(cfg.paths.data_store)),
         dvc_remote=str(cfg.path(cfg.paths.dvc_remote))))
     wall = time.time() - started
-    after = evaluate(result.checkpoint, cfg)
-    mean, low, high = paired_interval(after.per_item["math_accuracy"], before.per_item["math_accuracy"],
+    after = evaluate(result.checkpoint, cfg, suites=data.suites)
+    if args.metric not in after.per_item:
+        raise SystemExit(f"--metric {args.metric!r} has no per-item values to pair (descriptive metrics cannot be compared)")
+    mean, low, high = paired_interval(after.per_item[args.metric], before.per_item[args.metric],
                                       cfg.evaluation.confidence)
-    summary = {"stage": args.stage, "overrides": overrides, "wall_s": wall,
-               "math_before": before.metrics["math_accuracy"], "math_after": after.metrics["math_accuracy"],
+    summary = {"stage": args.stage, "overrides": overrides, "wall_s": wall, "metric": args.metric,
+               "before": before.metrics[args.metric], "after_value": after.metrics[args.metric],
                "paired_diff": mean, "ci": [low, high], "after": after.metrics, "train": result.train_metrics}
     (args.out / "calibration.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -10,7 +10,7 @@ question (bench/results/rl_experiments_notes.md, experiment 1).
 
 Samples at the reasoning-RL rollout temperature (the config's, 1.0 by default), unbiased estimator
 pass@k = 1 - C(n-c, k) / C(n, k) per problem (Chen et al. 2021), mean over problems; also per
-level and operation. Results: bench/results/pass_at_k.{json,md,png}, one record per name (a
+problem group of the config's math suite (the world's: level and operation). Results: bench/results/pass_at_k.{json,md,png}, one record per name (a
 repeated name replaces its record; the legend and tables say each record's samples and T).
 """
 from __future__ import annotations
@@ -18,19 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from math import comb
 from pathlib import Path
 
 from posttrain.env import configure_offline
 
 configure_offline()
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own modules, however this is loaded
+
+from stage_data import by_group, math_rows, thinking_replies  # noqa: E402
 
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import math_by_kind, math_generations  # noqa: E402
-from posttrain.rewards.math_verifier import verify_math  # noqa: E402
+from posttrain.rewards import verify_row  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
-from posttrain.world.build import WorldPaths, read_jsonl  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE = RESULTS / "pass_at_k.json"
@@ -52,19 +54,17 @@ def ks_up_to(samples: int) -> list[int]:
 
 
 def measure(checkpoint: Path, cfg, samples: int, temperature: float, seed: int) -> dict:
-    world = cfg.path(cfg.paths.world)
-    rows = read_jsonl(WorldPaths(world).file("eval_math"), ("question", "answer"))
+    rows = math_rows(cfg)
     ref = CheckpointRef(path=str(checkpoint.absolute()), digest=directory_digest(checkpoint))
-    model, tokenizer = load_checkpoint(ref, for_training=False)
-    outputs = math_generations(model, tokenizer, cfg, [r["question"] for r in rows], do_sample=True,
+    model, tokenizer = load_checkpoint(ref, for_training=False, settings=cfg.base.settings())
+    outputs = thinking_replies(model, tokenizer, cfg, [r["prompt"] for r in rows], do_sample=True,
                                temperature=temperature, num_samples=samples, seed=seed,
                                desc=f"{samples} samples a problem")
-    correct = [sum(verify_math(g.text, r["answer"]).reward == 1.0 for g in group)
-               for group, r in zip(outputs, rows, strict=True)]
+    correct = [sum(verify_row(g.text, r)[0] == 1.0 for g in group) for group, r in zip(outputs, rows, strict=True)]
     # Keys are strings, as they are once the record has been through JSON.
     per_k = {str(k): [pass_at_k(samples, c, k) for c in correct] for k in ks_up_to(samples)}
     overall = {k: statistics.fmean(scores) for k, scores in per_k.items()}
-    kinds_per_k = {k: math_by_kind(world, scores) for k, scores in per_k.items()}
+    kinds_per_k = {k: by_group(rows, scores) for k, scores in per_k.items()}
     by_kind = {kind: {k: kinds_per_k[k][kind] for k in per_k} for kind in next(iter(kinds_per_k.values()))}
     never = sum(c == 0 for c in correct) / len(correct)
     return {"checkpoint": str(checkpoint), "digest": ref.digest, "samples": samples,

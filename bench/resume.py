@@ -50,6 +50,22 @@ from posttrain.config import STAGES  # noqa: E402
 TARGET_S_PER_REUSED = 5.0
 
 
+def relocate_world(config: dict, world: str) -> dict:
+    """The config with its world in `world` (relative to the project): the paths of data sources
+    inside the old world directory follow it, so every project reads its own copy."""
+    old = config.get("paths", {}).get("world", "data").rstrip("/") + "/"
+
+    def moved(node):
+        if isinstance(node, dict):
+            return {k: (world.rstrip("/") + "/" + v[len(old):] if k == "path" and isinstance(v, str)
+                        and v.startswith(old) else moved(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [moved(v) for v in node]
+        return node
+
+    return {**config, "data": moved(config.get("data", {})), "paths": {**config.get("paths", {}), "world": world}}
+
+
 def _project(base: Path, name: str, config: dict, world: Path | None) -> Path:
     root = base / name
     root.mkdir()
@@ -146,7 +162,7 @@ def main() -> None:
     if args.render:
         write(json.loads((RESULTS / "resume.json").read_text()))
         return
-    config = yaml.safe_load(args.config.read_text())
+    config = relocate_world(yaml.safe_load(args.config.read_text()), "data")
     config["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
                        "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
     load_at_start = os.getloadavg()

@@ -12,6 +12,9 @@ held-out suites. Mean and 95% CI over seeds (t distribution) per arm.
     # or answers stated without the working half the time (what RL should learn to stop doing)
     python bench/rl_experiments.py --cold-start answer_only_share=0.5 --experiment gain
 
+`--cold-start` takes the alteration shares of bench/cold_start_variants.py; any other key is an
+override inside stages.cold_start_sft (e.g. trainer.epochs=2).
+
 Finished (arm, seed) runs are kept in bench/results/rl_experiments.json and skipped when the
 command is repeated, so a long grid can be filled in over several sessions. Training curves
 (completion length, correctness, held-out probe) per experiment and parent: bench/results/rl_curves/.
@@ -24,6 +27,7 @@ import json
 import math
 import re
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,11 +35,15 @@ from pathlib import Path
 from posttrain.env import configure_offline
 
 configure_offline()
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own modules, however this is loaded
+
+from cold_start_variants import split_settings, write_variant  # noqa: E402
+from stage_data import by_group, math_rows, prepared_data, stage_inputs, thinking_replies  # noqa: E402
 
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import evaluate, math_by_kind, math_generations  # noqa: E402
-from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
+from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.schema import CheckpointRef  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE = RESULTS / "rl_experiments.json"
@@ -58,10 +66,29 @@ EXPERIMENTS: dict[str, dict[str, dict]] = {
     # with the same seed and parent; the SFT settings are RS_SFT above.
     "equal_budget": {"rl": {}, "rs_sft": {RS_SFT_ARM: True}},
 }
-REPORTED = ["math_accuracy", "mixed_language_rate", "language_consistency", "mean_len_correct", "mean_len_wrong",
-            "format_rate", "truncation_rate"]
+REPORTED = ["math/accuracy", "math/mixed_language", "math/language_consistency", "math/len_correct",
+            "math/len_wrong", "math/format", "math/truncation"]
 # Held-out math measured by more_math_metrics; runs recorded before it existed show "–".
-MORE = ["math_training_phrasing", "math_sampled_pass1", "math_answer_only_rate"]
+MORE = ["math/training_phrasing", "math/sampled_pass1", "math/answer_only_rate"]
+# The RL stage's held-out probe in its training log.
+PROBE = "heldout/math_accuracy"
+# Metric names of runs recorded before suites named their metrics `<suite>/<metric>`: read through
+# this table, never rewritten in the recorded file.
+OLD_NAMES = {
+    "math_accuracy": "math/accuracy", "math_accuracy_en": "math/accuracy_en", "math_accuracy_zh": "math/accuracy_zh",
+    "format_rate": "math/format", "language_consistency": "math/language_consistency",
+    "mixed_language_rate": "math/mixed_language", "mean_len_correct": "math/len_correct",
+    "mean_len_wrong": "math/len_wrong", "truncation_rate": "math/truncation",
+    "no_think_compliance": "no_think/mode_compliance", "no_think_accuracy": "no_think/accuracy",
+    "no_think_format": "no_think/format", "instruction_accuracy": "instruction/accuracy",
+    "direct_accuracy": "direct/accuracy", "math_training_phrasing": "math/training_phrasing",
+    "math_sampled_pass1": "math/sampled_pass1", "math_answer_only_rate": "math/answer_only_rate",
+}
+
+
+def renamed(metrics: dict) -> dict:
+    """A recorded metrics dict under today's names."""
+    return {OLD_NAMES.get(k, k): v for k, v in metrics.items()}
 
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the install).
@@ -88,10 +115,12 @@ def wrong_length_slope(log: list[dict]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
 
 
-def arm_config(config_path: str, overrides: dict, extra: dict, stage: str = "reasoning_rl"):
+def arm_config(config_path: str, overrides: dict, extra: dict, stage: str = "reasoning_rl", data: dict | None = None):
     """The pipeline config of an arm: `extra` holds full dotted paths (`--set`, the same for every
-    arm, e.g. `evaluation.max_new_tokens`), the arm's overrides are inside stages.<stage>."""
-    return load_config(config_path, overrides={**extra, **{f"stages.{stage}.{k}": v for k, v in overrides.items()}})
+    arm, e.g. `evaluation.max_new_tokens`), the arm's overrides are inside stages.<stage>, `data`
+    points data roles elsewhere (a cold-start variant)."""
+    return load_config(config_path, overrides={**extra, **(data or {}),
+                                               **{f"stages.{stage}.{k}": v for k, v in overrides.items()}})
 
 
 def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
@@ -101,26 +130,36 @@ def stage_config_hash(config_path: str, overrides: dict, extra: dict) -> str:
         return f"{RS_SFT_ARM}:{stage_config_hash(config_path, {}, extra)}:{json.dumps(RS_SFT, sort_keys=True)}"
     cfg = arm_config(config_path, overrides, extra)
     identity = {"stage": cfg.stage("reasoning_rl").model_dump(mode="json"),
-                "evaluation": cfg.evaluation.model_dump(mode="json")}
+                "evaluation": cfg.evaluation.model_dump(mode="json"), "data": cfg.data.model_dump(mode="json")}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
-    """A cold-start checkpoint trained from the config's base with `cold_start` overrides inside
-    stages.cold_start_sft (e.g. double_check_share=0.5), kept under bench/parents/ for reuse."""
+    """A cold-start checkpoint trained from the config's base on a cold-start variant (the shares
+    of bench/cold_start_variants.py, e.g. double_check_share=0.5; other keys are overrides inside
+    stages.cold_start_sft), kept under bench/parents/ for reuse."""
     from posttrain.world.build import base_checkpoint
     from stages import cold_start_sft
 
-    cfg = arm_config(config_path, cold_start, extra, stage="cold_start_sft")
+    variant, overrides = split_settings(cold_start)
+    cfg = arm_config(config_path, overrides, extra, stage="cold_start_sft")
+    counts, data = {}, None
+    if variant.altered:
+        data, counts = write_variant(cfg, variant, PARENTS / "data")
+        cfg = arm_config(config_path, overrides, extra, stage="cold_start_sft", data=data)
+    prepared = prepared_data(cfg, ("cold_start_sft",))
     base = base_checkpoint(cfg, "teacher")
-    # Fields left at their defaults stay out, so a field added later does not orphan built parents.
+    # Fields left at their defaults stay out, so a field added later does not orphan built parents;
+    # the data is named by its content, so a rebuilt world or another variant is another parent.
     identity = {"stage": cfg.stage("cold_start_sft").model_dump(mode="json", exclude_defaults=True),
-                "base": base.digest, "seed": cfg.seed, "version": cold_start_sft.STAGE_VERSION}
+                "data": prepared.roles["cold_start"].md5, "base": base.digest, "seed": cfg.seed,
+                "version": cold_start_sft.STAGE_VERSION}
     work = PARENTS / hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     if not (work / "checkpoint" / "config.json").exists():
-        cold_start_sft.run(cfg.stage("cold_start_sft"), StageInputs(
-            work_dir=str(work), world_dir=str(cfg.path(cfg.paths.world)), parent=base, seed=cfg.seed))
-        (work / "identity.json").write_text(json.dumps(identity, indent=2))
+        cold_start_sft.run(cfg.stage("cold_start_sft"), stage_inputs(
+            cfg, "cold_start_sft", prepared, work_dir=work, parent=base, seed=cfg.seed))
+        (work / "identity.json").write_text(json.dumps({**identity, "variant": variant.as_dict(), "altered": counts},
+                                                       indent=2))
     return work / "checkpoint"
 
 
@@ -128,30 +167,47 @@ def build_parent(config_path: str, cold_start: dict, extra: dict) -> Path:
 SAMPLED_PASS1 = {"samples": 4, "temperature": 0.6, "top_p": 0.95}
 
 
-def more_math_metrics(model, tokenizer, cfg) -> dict[str, float]:
+def world_problems(cfg, rows: list[dict]) -> list[dict]:
+    """The world problem (language, op, a, b, question) behind each held-out math row: the prompt
+    rows carry no operands, so the suite is drawn again as the world's build draws it (build_data:
+    seed + 1, split "eval") and matched by id and question."""
+    from posttrain.world import tasks
+
+    w = cfg.world
+    drawn = {p.id: p.to_row() for p in tasks.math_problems(2 * w.eval_math_per_language, w.seed + 1, "eval",
+                                                             levels=w.levels)}
+    problems = []
+    for row in rows:
+        problem = drawn.get(row.get("id"))
+        if problem is None or problem["question"] != row["prompt"][-1]["content"]:
+            raise SystemExit(f"held-out math row {row.get('id')!r} is not the embedded world's problem of that id: "
+                             "training phrasings need the world's eval_math suite, as `dvc repro` builds it from "
+                             "this config's `world:` settings")
+        problems.append(problem)
+    return problems
+
+
+def more_math_metrics(model, tokenizer, cfg, rows: list[dict]) -> dict[str, float]:
     """Held-out math beyond the greedy suite score: the same problems asked with training
     phrasings (greedy), R1's sampled pass@1 on the suite, and the share of those samples that
     state the result without the working (reflection.answer_only). Greedy hides a policy that has become
     more reliable when sampled; the suite's unseen phrasings hide a gain on unseen problems."""
-    from posttrain.rewards.math_verifier import verify_math
-    from posttrain.world.build import WorldPaths, read_jsonl
+    from posttrain.rewards import verify_row
     from posttrain.world.reflection import is_answer_only
     from posttrain.world.rephrase import with_training_phrasing
 
-    rows = read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("eval_math"),
-                      ("question", "answer", "language", "op", "a", "b"))
-
     def score(outputs) -> float:
-        return statistics.fmean(statistics.fmean(verify_math(g.text, r["answer"]).reward for g in group)
+        return statistics.fmean(statistics.fmean(verify_row(g.text, r)[0] for g in group)
                                 for group, r in zip(outputs, rows, strict=True))
 
-    rephrased = math_generations(model, tokenizer, cfg, with_training_phrasing(rows),
+    rephrased = thinking_replies(model, tokenizer, cfg, [[{"role": "user", "content": q}] for q in
+                                                         with_training_phrasing(world_problems(cfg, rows))],
                                  desc="held-out problems, training phrasings")
-    sampled = math_generations(model, tokenizer, cfg, [r["question"] for r in rows], do_sample=True,
+    sampled = thinking_replies(model, tokenizer, cfg, [r["prompt"] for r in rows], do_sample=True,
                                temperature=SAMPLED_PASS1["temperature"], top_p=SAMPLED_PASS1["top_p"],
                                num_samples=SAMPLED_PASS1["samples"], desc="sampled pass@1")
-    return {"math_training_phrasing": score(rephrased), "math_sampled_pass1": score(sampled),
-            "math_answer_only_rate": statistics.fmean(is_answer_only(g.text) for group in sampled for g in group)}
+    return {"math/training_phrasing": score(rephrased), "math/sampled_pass1": score(sampled),
+            "math/answer_only_rate": statistics.fmean(is_answer_only(g.text) for group in sampled for g in group)}
 
 
 def training_curve(log: list[dict]) -> list[list[float]]:
@@ -167,26 +223,37 @@ def generated_tokens(log: list[dict], completions_per_step: int) -> int:
                      for row in log if "completions/mean_length" in row))
 
 
+def measured(checkpoint: CheckpointRef, cfg, data, desc: str, model=None, tokenizer=None) -> dict:
+    """Every suite metric of a checkpoint, the held-out math of more_math_metrics, and held-out math
+    by problem group (`math_by_kind`)."""
+    if model is None:
+        model, tokenizer = load_checkpoint(checkpoint, for_training=False, settings=cfg.base.settings())
+    after = evaluate(checkpoint, cfg, suites=data.suites, model=model, tokenizer=tokenizer, desc=desc)
+    rows = math_rows(data)
+    return {**after.metrics, **more_math_metrics(model, tokenizer, cfg, rows),
+            "math_by_kind": by_group(rows, after.per_item["math/accuracy"])}
+
+
+def run_record(scores: dict) -> dict:
+    """What a run records of `measured`: the reported metrics and math by kind."""
+    return {"metrics": {k: scores[k] for k in REPORTED + MORE}, "math_by_kind": scores["math_by_kind"]}
+
+
 def run_arm(config_path: str, parent: CheckpointRef, overrides: dict, seed: int, extra: dict) -> dict:
     from stages import reasoning_rl
 
     cfg = arm_config(config_path, overrides, extra)
     stage = cfg.stage("reasoning_rl")
+    data = prepared_data(cfg, ("reasoning_rl",))
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        result = reasoning_rl.run(stage, StageInputs(
-            work_dir=tmp, world_dir=str(cfg.path(cfg.paths.world)), parent=parent, seed=seed))
-        model, tokenizer = load_checkpoint(result.checkpoint, for_training=False)
-        after = evaluate(result.checkpoint, cfg, model=model, tokenizer=tokenizer, desc=f"evaluating seed {seed}")
-        more = more_math_metrics(model, tokenizer, cfg)
+        result = reasoning_rl.run(stage, stage_inputs(cfg, "reasoning_rl", data, work_dir=tmp, parent=parent, seed=seed))
+        scores = run_record(measured(result.checkpoint, cfg, data, f"evaluating seed {seed}"))
     per_step = stage.trainer.prompts_per_step * stage.trainer.num_generations
-    return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started,
-            "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
-            "math_by_kind": math_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
+    return {"seed": seed, "overrides": overrides, "wall_s": time.time() - started, **scores,
             "wrong_length_slope": wrong_length_slope(result.train_log),
             "generated_tokens": generated_tokens(result.train_log, per_step),
-            "heldout_curve": [[row["step"], row["heldout/math_accuracy"]] for row in result.train_log
-                              if "heldout/math_accuracy" in row],
+            "heldout_curve": [[row["step"], row[PROBE]] for row in result.train_log if PROBE in row],
             "training_curve": training_curve(result.train_log)}
 
 
@@ -195,51 +262,46 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     import random
 
     import torch
-    from datasets import Dataset
     from trl import SFTTrainer
 
-    from posttrain.chat import conversation, user_turn
     from posttrain.checkpoint import save_checkpoint
     from posttrain.config import SFTTrainerConfig
-    from posttrain.generation import generate, render_chat_prompts
-    from posttrain.trainers import sft_args
-    from stages.reasoning_rl import training_problems
+    from posttrain.dataio import read_jsonl
+    from posttrain.generation import generate_replies
+    from posttrain.trainers import sft_args, sft_dataset
     from stages.rejection_sampling import rejection_reason
 
     cfg = arm_config(config_path, {}, extra)
-    stage = cfg.stage("reasoning_rl")
+    stage, settings = cfg.stage("reasoning_rl"), cfg.base.settings()
+    data = prepared_data(cfg, ("reasoning_rl",))
     started = time.time()
     torch.set_num_threads(stage.trainer.threads)
-    model, tokenizer = load_checkpoint(parent)
-    problems = training_problems(stage, cfg.path(cfg.paths.world))
+    model, tokenizer = load_checkpoint(parent, settings=settings)
+    problems = read_jsonl(Path(data.roles["reasoning_prompts"].path))
     random.Random(seed).shuffle(problems)
     group, spent, rows, sampled, chunk = stage.trainer.num_generations, 0, [], 0, 8
     while spent < budget and sampled < len(problems):
         batch = problems[sampled:sampled + chunk]
         sampled += len(batch)
-        prompts = render_chat_prompts(tokenizer, [[user_turn(p["question"], True)] for p in batch])
-        outputs = generate(model, tokenizer, prompts, max_new_tokens=stage.trainer.max_completion_length,
-                           do_sample=True, temperature=stage.trainer.temperature, num_samples=group,
-                           seed=seed * 100_003 + sampled, desc=f"rs-sft sampling {spent}/{budget} tokens")
+        # Each prompt in its own mode, as the RL stage renders it.
+        outputs = generate_replies(model, tokenizer, settings.chat, [(p["prompt"], p.get("thinking")) for p in batch],
+                                   max_new_tokens=stage.trainer.max_completion_length, do_sample=True,
+                                   temperature=stage.trainer.temperature, num_samples=group,
+                                   seed=seed * 100_003 + sampled, desc=f"rs-sft sampling {spent}/{budget} tokens")
         for problem, responses in zip(batch, outputs):
             spent += sum(r.num_tokens for r in responses)
-            kept = {" ".join(r.text.split()): r.text for r in responses
-                    if rejection_reason(r, problem["answer"], problem["language"], 1.0) is None}
-            rows += [{"messages": conversation(problem["question"], text, thinking=True)}
-                     for text in list(kept.values())[:RS_SFT["max_per_prompt"]]]
+            kept = {" ".join(r.text.split()): r.text for r in responses if rejection_reason(r, problem, 1.0) is None}
+            rows += [{"messages": problem["prompt"] + [{"role": "assistant", "content": text}],
+                      "thinking": problem.get("thinking")} for text in list(kept.values())[:RS_SFT["max_per_prompt"]]]
     trainer_cfg = SFTTrainerConfig(learning_rate=RS_SFT["learning_rate"], epochs=RS_SFT["epochs"],
                                    threads=stage.trainer.threads)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = SFTTrainer(model=model, args=sft_args(trainer_cfg, Path(tmp) / "trainer", seed),
-                             train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+                             train_dataset=sft_dataset(tokenizer, settings.chat, rows), processing_class=tokenizer)
         trainer.train()
         checkpoint = save_checkpoint(trainer.model, tokenizer, Path(tmp) / "checkpoint")
-        tuned, tokenizer = load_checkpoint(checkpoint, for_training=False)
-        after = evaluate(checkpoint, cfg, model=tuned, tokenizer=tokenizer, desc=f"evaluating rs-sft seed {seed}")
-        more = more_math_metrics(tuned, tokenizer, cfg)
-    return {"seed": seed, "wall_s": time.time() - started,
-            "metrics": {**{k: after.metrics[k] for k in REPORTED}, **more},
-            "math_by_kind": math_by_kind(cfg.path(cfg.paths.world), after.per_item["math_accuracy"]),
+        scores = run_record(measured(checkpoint, cfg, data, f"evaluating rs-sft seed {seed}"))
+    return {"seed": seed, "wall_s": time.time() - started, **scores,
             "wrong_length_slope": None, "generated_tokens": spent, "budget_tokens": budget,
             "prompts_sampled": sampled, "sft_rows": len(rows), "rs_sft": RS_SFT}
 
@@ -262,7 +324,8 @@ def summarise(store: dict) -> str:
     for key, parent in store.get("parents", {}).items():
         built = f" (built with `--cold-start {' '.join(f'{k}={v}' for k, v in parent['cold_start'].items())}`)" \
             if parent.get("cold_start") else ""
-        lines.append(f"Parent `{key}`{built}: " + ", ".join(f"{k} {parent[k]:.3f}" for k in REPORTED + MORE if k in parent)
+        metrics = renamed(parent)
+        lines.append(f"Parent `{key}`{built}: " + ", ".join(f"{k} {metrics[k]:.3f}" for k in REPORTED + MORE if k in metrics)
                      + (f"; by kind {kinds_cell([parent['math_by_kind']])}" if "math_by_kind" in parent else ""))
     for experiment, arms in store.get("runs", {}).items():
         groups = sorted({(r.get("parent"), setting_of(r)) for runs in arms.values() for r in runs}, key=str)
@@ -278,7 +341,7 @@ def summarise(store: dict) -> str:
                     continue
                 cells = []
                 for key in REPORTED + MORE:
-                    values = [r["metrics"][key] for r in runs if key in r["metrics"]]
+                    values = [m[key] for m in (renamed(r["metrics"]) for r in runs) if key in m]
                     if not values:
                         cells.append("–")
                         continue
@@ -354,7 +417,8 @@ def main() -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--parent", type=Path, help="cold-start checkpoint every arm starts from")
     source.add_argument("--cold-start", action="append", metavar="KEY=VALUE",
-                        help="train the parent from the base with this stages.cold_start_sft override")
+                        help="train the parent from the base on a cold-start variant (mixed_language_share, "
+                             "double_check_share, answer_only_share) or with a stages.cold_start_sft override")
     parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -372,13 +436,13 @@ def main() -> None:
     parent_key = f"{parent_path} ({parent.digest[:12]})"
     parent_cfg = arm_config(args.config, {}, extra)
     known = store["parents"].get(parent_key, {})
-    if parent_key not in store["parents"] or any(k not in known for k in MORE):
-        model, tokenizer = load_checkpoint(parent, for_training=False)
+    if parent_key not in store["parents"] or any(k not in renamed(known) for k in MORE):
+        data = prepared_data(parent_cfg, ("reasoning_rl",))
+        model, tokenizer = load_checkpoint(parent, for_training=False, settings=parent_cfg.base.settings())
         if parent_key not in store["parents"]:
-            parent_eval = evaluate(parent, parent_cfg, model=model, tokenizer=tokenizer, desc="evaluating parent")
-            known = store["parents"][parent_key] = {**parent_eval.metrics, "math_by_kind": math_by_kind(
-                parent_cfg.path(parent_cfg.paths.world), parent_eval.per_item["math_accuracy"])}
-        known.update(more_math_metrics(model, tokenizer, parent_cfg))
+            known = store["parents"][parent_key] = measured(parent, parent_cfg, data, "evaluating parent", model, tokenizer)
+        else:
+            known.update(more_math_metrics(model, tokenizer, parent_cfg, math_rows(data)))
     if cold_start:
         known["cold_start"] = cold_start
     done = {}  # (config hash, seed, parent) -> record, over every experiment already run

@@ -15,6 +15,7 @@ import json
 import platform
 import re
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,17 +23,19 @@ from pathlib import Path
 from posttrain.env import configure_offline
 
 configure_offline()
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own modules, however this is loaded
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from stage_data import prepared_data, stage_inputs  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from posttrain.chat import user_turn  # noqa: E402
+from posttrain.chat import with_switch  # noqa: E402
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
+from posttrain.dataio import read_jsonl  # noqa: E402
 from posttrain.rl import StageGRPOTrainer  # noqa: E402
-from posttrain.schema import CheckpointRef, StageInputs  # noqa: E402
-from posttrain.world.build import WorldPaths, pool_share, read_jsonl  # noqa: E402
+from posttrain.schema import CheckpointRef  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -47,12 +50,15 @@ def per_step(log: list[dict]) -> dict:
             "s_per_1k_completion_tokens": 1000 * sum(seconds) / max(1.0, sum(tokens))}
 
 
-def bare_trl(model_dir: Path, problems: list[dict], stage_cfg, steps: int, out: Path, threads: int) -> list[dict]:
-    """What a user would write by hand: GRPOTrainer, a regex reward, TRL's own sampler."""
-    torch.set_num_threads(threads)
-    model, tokenizer = load_checkpoint(model_dir)
+def bare_trl(model_dir: Path, problems: list[dict], cfg, steps: int, out: Path) -> list[dict]:
+    """What a user would write by hand: GRPOTrainer on conversational prompts (the mode switch
+    written in), a regex reward, TRL's own sampler."""
+    stage_cfg, settings = cfg.stage("reasoning_rl"), cfg.base.settings()
+    torch.set_num_threads(stage_cfg.trainer.threads)
+    model, tokenizer = load_checkpoint(model_dir, settings=settings)
     t = stage_cfg.trainer
-    dataset = Dataset.from_list([{"prompt": [user_turn(p["question"], True)], "answer": p["answer"]} for p in problems])
+    dataset = Dataset.from_list([{"prompt": with_switch(p["prompt"], settings.chat, p.get("thinking")),
+                                  "answer": p["answer"]} for p in problems])
 
     def boxed_match(completions, answer, **_):
         found = [re.findall(r"\\boxed\{([^}]*)\}", c[0]["content"] if isinstance(c, list) else c) for c in completions]
@@ -70,7 +76,7 @@ def bare_trl(model_dir: Path, problems: list[dict], stage_cfg, steps: int, out: 
     return trainer.state.log_history
 
 
-def ours(parent: CheckpointRef, cfg, steps: int, out: Path) -> tuple[list[dict], float]:
+def ours(parent: CheckpointRef, cfg, data, out: Path) -> tuple[list[dict], float]:
     from stages import reasoning_rl
 
     reward_seconds = [0.0]
@@ -86,8 +92,7 @@ def ours(parent: CheckpointRef, cfg, steps: int, out: Path) -> tuple[list[dict],
     StageGRPOTrainer._calculate_rewards = timed
     try:
         stage_cfg = cfg.stage("reasoning_rl")
-        result = reasoning_rl.run(stage_cfg, StageInputs(
-            work_dir=str(out), world_dir=str(cfg.path(cfg.paths.world)), parent=parent, seed=0))
+        result = reasoning_rl.run(stage_cfg, stage_inputs(cfg, "reasoning_rl", data, work_dir=out, parent=parent, seed=0))
     finally:
         StageGRPOTrainer._calculate_rewards = original
     return result.train_log, reward_seconds[0]
@@ -102,15 +107,14 @@ def main() -> None:
     cfg = load_config(args.config, overrides={"stages.reasoning_rl.trainer.max_steps": args.steps,
                                               "stages.reasoning_rl.probe_every": 0})
     stage_cfg = cfg.stage("reasoning_rl")
-    pool = pool_share(read_jsonl(WorldPaths(cfg.path(cfg.paths.world)).file("math_train"),
-                                 ("question", "answer", "level")), "reasoning_rl")
-    problems = [p for p in pool if p["level"] in stage_cfg.levels][:stage_cfg.prompts]
+    data = prepared_data(cfg, ("reasoning_rl",))
+    problems = read_jsonl(Path(data.roles["reasoning_prompts"].path))
     parent = CheckpointRef(path=str(args.parent.absolute()), digest=directory_digest(args.parent))
     batch = stage_cfg.trainer.prompts_per_step * stage_cfg.trainer.num_generations
 
     with tempfile.TemporaryDirectory() as tmp:
-        bare_log = bare_trl(args.parent, problems, stage_cfg, args.steps, Path(tmp) / "bare", stage_cfg.trainer.threads)
-        our_log, reward_s = ours(parent, cfg, args.steps, Path(tmp) / "ours")
+        bare_log = bare_trl(args.parent, problems, cfg, args.steps, Path(tmp) / "bare")
+        our_log, reward_s = ours(parent, cfg, data, Path(tmp) / "ours")
     for log in (bare_log, our_log):
         for row in log:
             row["batch_completions"] = batch

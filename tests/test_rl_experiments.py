@@ -4,8 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.evaluation import math_by_kind
-
 SPEC = importlib.util.spec_from_file_location("rl_experiments", Path(__file__).parents[1] / "bench" / "rl_experiments.py")
 rl_experiments = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(rl_experiments)
@@ -19,7 +17,7 @@ def test_generated_tokens_counts_completions_of_every_logged_step():
 
 def test_summary_never_averages_runs_of_different_parents():
     def run(parent, accuracy, seed):
-        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | {"math_accuracy": accuracy}
+        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | {"math/accuracy": accuracy}
         return {"seed": seed, "parent": parent, "metrics": metrics, "wrong_length_slope": None, "generated_tokens": 100}
 
     store = {"parents": {}, "runs": {"gain": {"default": [run("old", 0.2, 0), run("old", 0.2, 1),
@@ -38,7 +36,7 @@ def test_t_interval_widens_with_spread():
 
 def test_summary_never_averages_runs_of_different_budgets():
     def run(extra, accuracy, seed):
-        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | {"math_accuracy": accuracy}
+        metrics = dict.fromkeys(rl_experiments.REPORTED, 0.0) | {"math/accuracy": accuracy}
         return {"seed": seed, "parent": "p", "extra": extra, "metrics": metrics, "wrong_length_slope": None,
                 "generated_tokens": 100}
 
@@ -59,20 +57,105 @@ def test_arm_overrides_land_in_the_stage_and_set_takes_full_paths():
     same = rl_experiments.stage_config_hash(config, {}, {})
     assert rl_experiments.stage_config_hash(config, {}, {"evaluation.max_new_tokens": 256}) != same
     assert rl_experiments.stage_config_hash(config, {"trainer.loss_type": "dapo"}, {}) == same   # the default
+    assert rl_experiments.stage_config_hash(config, {}, {"data.reasoning_prompts.limit": 10}) != same   # other data
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         rl_experiments.parse_assignments(["evaluation.max_new_tokens"])
 
 
-def test_math_by_kind_splits_held_out_math_by_level_and_operation(tmp_path):
+def test_held_out_math_splits_by_problem_group_of_the_prepared_rows():
+    from stage_data import by_group   # on the path once rl_experiments is loaded, as for the scripts
+
+    rows = [{"prompt": [], "group": "L1+"}, {"prompt": [], "group": "L2*"}, {"prompt": [], "group": "L1+"},
+            {"prompt": [], "group": "L2*"}]
+    assert by_group(rows, [1.0, 0.0, 0.0, 0.0]) == {"L1+": 0.5, "L2*": 0.0}
+    with pytest.raises(ValueError):
+        by_group(rows, [1.0])   # scores of another suite
+    assert rl_experiments.kinds_cell([{"L1+": 0.5, "L2*": 0.0}, {"L1+": 1.0, "L2*": 0.5}, None]) == "L1+ 0.75 L2* 0.25"
+
+
+def test_held_out_rows_meet_their_world_problems_and_stages_get_prepared_inputs(tmp_path):
+    from conftest import write_smoke_config
+    from stage_data import math_rows, prepared_data, stage_inputs
+
+    from posttrain.config import load_config
+    from posttrain.schema import CheckpointRef
+    from posttrain.world import tasks
+    from posttrain.world.build import build_data
+
+    cfg = load_config(write_smoke_config(tmp_path))
+    build_data(cfg)
+    data = prepared_data(cfg, ("reasoning_rl",))
+    rows = math_rows(data)
+    assert rows == math_rows(cfg)   # prepared, or loaded from the sources: the same rows
+    problems = rl_experiments.world_problems(cfg, rows)
+    assert [p["question"] for p in problems] == [r["prompt"][-1]["content"] for r in rows]
+    assert [str(tasks.compute(p["op"], p["a"], p["b"])) for p in problems] == [r["answer"] for r in rows]
+    assert [f"L{p['level']}{p['op']}" for p in problems] == [r["group"] for r in rows]
+    with pytest.raises(SystemExit, match="not the embedded world's problem"):
+        rl_experiments.world_problems(cfg, [{**rows[0], "prompt": [{"role": "user", "content": "What is 1 + 1?"}]}])
+
+    parent = CheckpointRef(path=str(tmp_path / "parent"), digest="d")
+    inputs = stage_inputs(cfg, "reasoning_rl", data, work_dir=tmp_path / "work", parent=parent, seed=3)
+    assert set(inputs.data) == {"reasoning_prompts"} and inputs.probe == data.suites["math"] and inputs.seed == 3
+    assert Path(inputs.data["reasoning_prompts"].path).parent == cfg.path(cfg.paths.runs) / "prepared"
+    assert stage_inputs(cfg, "reasoning_rl", data, work_dir="w", parent=parent, seed=0).model == cfg.base.settings()
+
+
+def test_parent_trains_on_the_cold_start_variant(tmp_path, monkeypatch):
     import json
 
-    rows = [{"level": 1, "op": "+"}, {"level": 2, "op": "*"}, {"level": 1, "op": "+"}, {"level": 2, "op": "*"}]
-    (tmp_path / "world").mkdir()
-    (tmp_path / "world" / "eval_math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert math_by_kind(tmp_path, [1.0, 0.0, 0.0, 0.0]) == {"L1+": 0.5, "L2*": 0.0}
-    with pytest.raises(ValueError):
-        math_by_kind(tmp_path, [1.0])   # scores of another suite
-    assert rl_experiments.kinds_cell([{"L1+": 0.5, "L2*": 0.0}, {"L1+": 1.0, "L2*": 0.5}, None]) == "L1+ 0.75 L2* 0.25"
+    from conftest import write_smoke_config
+
+    import posttrain.world.build as build
+    from posttrain.config import load_config
+    from posttrain.dataio import read_jsonl
+    from posttrain.schema import CheckpointRef
+    from posttrain.world.reflection import is_answer_only
+    from stages import cold_start_sft
+
+    config = write_smoke_config(tmp_path)
+    build.build_data(load_config(config))
+    trained = []
+
+    def fake_run(stage_config, inputs):   # what the stage would train on, without training
+        trained.append((stage_config, inputs))
+        (Path(inputs.work_dir) / "checkpoint").mkdir(parents=True)
+        (Path(inputs.work_dir) / "checkpoint" / "config.json").write_text("{}")
+
+    monkeypatch.setattr(cold_start_sft, "run", fake_run)
+    monkeypatch.setattr(build, "base_checkpoint", lambda cfg, which: CheckpointRef(path="base", digest="base-digest"))
+    monkeypatch.setattr(rl_experiments, "PARENTS", tmp_path / "parents")
+
+    parent = rl_experiments.build_parent(str(config), {"answer_only_share": 1.0, "trainer.epochs": 1}, {})
+    (stage_config, inputs), = trained
+    rows = read_jsonl(Path(inputs.data["cold_start"].path))
+    assert len(rows) == 16 and all(is_answer_only(r["messages"][-1]["content"]) for r in rows)
+    assert stage_config.trainer.epochs == 1 and inputs.parent.digest == "base-digest"
+    identity = json.loads((parent.parent / "identity.json").read_text())
+    assert identity["variant"] == {"answer_only_share": 1.0} and identity["altered"]["answer_only"] == 16
+    assert rl_experiments.build_parent(str(config), {"answer_only_share": 1.0, "trainer.epochs": 1}, {}) == parent
+    assert len(trained) == 1   # built once, then reused
+    plain = rl_experiments.build_parent(str(config), {"trainer.epochs": 1}, {})
+    assert plain != parent and not any(is_answer_only(r["messages"][-1]["content"])
+                                       for r in read_jsonl(Path(trained[1][1].data["cold_start"].path)))
+
+
+def test_runs_recorded_under_old_metric_names_are_read_under_the_new_ones():
+    def run(seed, metrics):
+        return {"seed": seed, "parent": "p", "metrics": metrics, "wrong_length_slope": None, "generated_tokens": 1}
+
+    old = {name: 0.0 for name in rl_experiments.OLD_NAMES} | {"math_accuracy": 0.2, "math_sampled_pass1": 0.3}
+    new = dict.fromkeys(rl_experiments.REPORTED + rl_experiments.MORE, 0.0) | {"math/accuracy": 0.4,
+                                                                              "math/sampled_pass1": 0.5}
+    store = {"parents": {"p": old | {"math_by_kind": {"L1+": 0.5}}}, "runs": {"gain": {"default": [run(0, old), run(1, new)]}}}
+    text = rl_experiments.summarise(store)
+    (row,) = [line.split(" | ") for line in text.splitlines() if line.startswith("| default")]
+    # One arm, two seeds: the old record's accuracy and the new one's are averaged, not shown apart.
+    assert row[2].startswith("0.300 [") and "seeds)" not in row[2]
+    sampled = 2 + len(rl_experiments.REPORTED) + rl_experiments.MORE.index("math/sampled_pass1")
+    assert row[sampled].startswith("0.400 [")
+    assert "math/accuracy 0.200" in text and "math_accuracy" not in text
+    assert set(rl_experiments.OLD_NAMES.values()) >= set(rl_experiments.REPORTED + rl_experiments.MORE)
 
 
 def test_summary_averages_later_metrics_only_over_the_runs_that_have_them():
@@ -82,11 +165,11 @@ def test_summary_averages_later_metrics_only_over_the_runs_that_have_them():
 
     store = {"parents": {}, "runs": {"gain": {
         "old": [run(0), run(1)],
-        "mixed": [run(0), run(1, math_sampled_pass1=0.25, math_training_phrasing=0.5),
-                  run(2, math_sampled_pass1=0.75, math_training_phrasing=0.5)]}}}
+        "mixed": [run(0), run(1, **{"math/sampled_pass1": 0.25, "math/training_phrasing": 0.5}),
+                  run(2, **{"math/sampled_pass1": 0.75, "math/training_phrasing": 0.5})]}}}
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in rl_experiments.summarise(store).splitlines()
             if line.startswith("| old") or line.startswith("| mixed")}
-    sampled = 2 + len(rl_experiments.REPORTED) + rl_experiments.MORE.index("math_sampled_pass1")
+    sampled = 2 + len(rl_experiments.REPORTED) + rl_experiments.MORE.index("math/sampled_pass1")
     assert rows["old"][sampled] == "–"
     assert rows["mixed"][sampled].startswith("0.500 [") and rows["mixed"][sampled].endswith("(2 seeds)")
 

@@ -150,64 +150,50 @@ def test_double_check_is_correct_arithmetic_and_still_grades_as_right(op):
             assert format_ok(response) and language_consistency([response], [language]) == [1.0]
 
 
-def test_cold_start_rows_alter_the_configured_shares():
-    from posttrain.config import ColdStartSFTConfig
-    from posttrain.evaluation import reasoning_consistency
-    from stages.cold_start_sft import sft_rows
+def test_world_writes_every_role_as_standard_files_with_evaluation_held_out(tmp_path):
+    """build_data's role files: each loads as its data role (gold answers parse), no training row
+    asks an evaluation question, the worked solutions grade as right, and the cold-start rows carry
+    the problem fields the bench's cold-start variants alter."""
+    from conftest import write_smoke_config
 
-    problems = [p.to_row() for p in tasks.math_problems(200, 5, "train")]
-
-    def counts(**shares):
-        rows, altered = sft_rows(problems, ColdStartSFTConfig(**shares), seed=1)
-        replies = [r["messages"][-1]["content"] for r in rows]
-        checked = sum(("check " in t or "验算" in t) for t in replies)
-        mixed = sum(reasoning_consistency(t, p["language"]) < 1.0 for t, p in zip(replies, problems))
-        return checked, mixed, altered, rows
-
-    checked, mixed, altered, plain = counts()
-    assert (checked, mixed, altered) == (0, 0, {"double_checked": 0, "mixed_language": 0, "answer_only": 0})
-    assert [r["messages"][-1]["content"] for r in plain] == [
-        assemble_response(p["reasoning"], tasks.default_math_answer(p["answer"], p["language"])) for p in problems]
-    checked, mixed, altered, rows = counts(double_check_share=1.0)
-    assert checked == altered["double_checked"] == 200 and mixed == 0
-    checked, mixed, altered, rows = counts(double_check_share=0.5, mixed_language_share=0.5)
-    assert checked == altered["double_checked"] and 70 < checked < 130
-    assert mixed == altered["mixed_language"] and 50 < mixed < 130
-    assert [r["messages"][0] for r in rows] == [r["messages"][0] for r in plain]   # same questions
-
-
-def test_answer_only_solutions_skip_the_working_and_still_grade_as_right():
-    from posttrain.config import ColdStartSFTConfig
+    from posttrain.config import load_config
+    from posttrain.dataio import read_jsonl
+    from posttrain.rewards import verify_row
     from posttrain.rewards.format import format_ok
-    from posttrain.rewards.math_verifier import verify_math
-    from posttrain.world.reflection import is_answer_only
-    from stages.cold_start_sft import sft_rows
+    from posttrain.sources import SourceConfig, load_role, overlaps
+    from posttrain.world.build import EVAL_FILES, ROLE_FILES, WorldPaths, build_data
 
-    problems = [p.to_row() for p in tasks.math_problems(200, 5, "train")]
-    rows, altered = sft_rows(problems, ColdStartSFTConfig(answer_only_share=0.5), seed=1)
-    worked = [p["reasoning"] for p in problems]
-    skipped = [(r["messages"][-1]["content"], p, w) for r, p, w in zip(rows, problems, worked) if w not in r["messages"][-1]["content"]]
-    assert len(skipped) == altered["answer_only"] and 70 < len(skipped) < 130
-    for reply, problem, solution in skipped:
-        think = reply.split("</think>")[0].removeprefix("<think>\n").strip()
-        colon = "：" if problem["language"] == "zh" else ": "
-        opening = solution[:solution.index(colon) + len(colon)]
-        # The worked solution's opening, then the result: the model chooses at one token.
-        assert think == opening + ("所以" if problem["language"] == "zh" else "so ") + str(problem["answer"])
-        assert verify_math(reply, str(problem["answer"])).reward == 1.0 and format_ok(reply)
-        assert is_answer_only(reply) and is_answer_only(think)
-    assert not any(is_answer_only(r["messages"][-1]["content"]) for r, w in zip(rows, worked)
-                   if w in r["messages"][-1]["content"])
-    # Combined with another alteration, the rows it leaves alone are the other's rows.
-    checked_only, _ = sft_rows(problems, ColdStartSFTConfig(double_check_share=0.5), seed=1)
-    both, counts = sft_rows(problems, ColdStartSFTConfig(double_check_share=0.5, answer_only_share=0.5), seed=1)
-    is_skipped = [w not in r["messages"][-1]["content"] for r, w in zip(rows, worked)]
-    for skipped_here, row_both, row_alone, row_checked in zip(is_skipped, both, rows, checked_only):
-        assert row_both == (row_alone if skipped_here else row_checked)
-    assert counts["answer_only"] == altered["answer_only"]
-    assert 0 < counts["double_checked"] == sum(
-        ("check " in r["messages"][-1]["content"] or "验算" in r["messages"][-1]["content"])
-        for r, skipped_here in zip(checked_only, is_skipped) if not skipped_here)
+    cfg = load_config(write_smoke_config(tmp_path))
+    manifest = build_data(cfg)
+    paths = WorldPaths(cfg.path(cfg.paths.world))
+    assert set(manifest) == set(ROLE_FILES + EVAL_FILES)
+    raw = {name: read_jsonl(paths.file(name)) for name in manifest}
+    assert {name: len(rows) for name, rows in raw.items()} == {name: m["rows"] for name, m in manifest.items()}
+
+    def role_of(name: str) -> str:
+        return "cold_start" if name == "cold_start" else "non_reasoning" if name.startswith("non_reasoning") \
+            else "reasoning_prompts"
+
+    loaded = {name: load_role(role_of(name) if name in ROLE_FILES else f"eval:{name}",
+                              [SourceConfig(path=str(paths.file(name)))], tmp_path, 0).rows for name in manifest}
+    train = {name: loaded[name] for name in ROLE_FILES}
+    evals = {name: loaded[name] for name in EVAL_FILES}
+    assert overlaps(train, evals) == []
+    # The operands of training math are never the held-out ones.
+    for name in ("cold_start", "non_reasoning_math"):
+        assert raw[name] and not any(tasks.is_held_out(f"{r['a']}{r['op']}{r['b']}") for r in raw[name])
+    assert {r["group"] for r in raw["eval_math"]} <= {f"L{level}{op}" for level in cfg.world.levels
+                                                      for op, _, _ in tasks.LEVELS[level]}
+    # Worked solutions (thinking) and bare answers (not thinking) grade as right, in their mode's format.
+    for name, thinking in (("cold_start", True), ("non_reasoning_math", False)):
+        for row in raw[name]:
+            reply = row["messages"][-1]["content"]
+            assert row["thinking"] is thinking and format_ok(reply, thinking), reply
+            assert verify_row(reply, {"kind": "math", "answer": row["answer"]})[0] == 1.0, reply
+    assert all(r["thinking"] for r in raw["reasoning_prompts"] + raw["rejection_prompts"] + raw["eval_math"])
+    assert not any(r["thinking"] for r in raw["eval_no_think"] + raw["eval_direct"])
+    no_think = sum(not r["thinking"] for r in raw["general_math_prompts"]) / len(raw["general_math_prompts"])
+    assert no_think == pytest.approx(0.3, abs=0.05)
 
 
 def test_held_out_problems_re_asked_with_training_phrasings():
