@@ -268,7 +268,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     from posttrain.config import SFTTrainerConfig
     from posttrain.dataio import read_jsonl
     from posttrain.generation import generate_replies
-    from posttrain.trainers import sft_args, sft_dataset
+    from posttrain.trainers import require_rows, sft_args, sft_dataset
     from stages.rejection_sampling import rejection_reason
 
     cfg = arm_config(config_path, {}, extra)
@@ -293,6 +293,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
             kept = {" ".join(r.text.split()): r.text for r in responses if rejection_reason(r, problem, 1.0) is None}
             rows += [{"messages": problem["prompt"] + [{"role": "assistant", "content": text}],
                       "thinking": problem.get("thinking")} for text in list(kept.values())[:RS_SFT["max_per_prompt"]]]
+    require_rows(rows, "rs_sft", f"the verified samples of {sampled} prompts")
     trainer_cfg = SFTTrainerConfig(learning_rate=RS_SFT["learning_rate"], epochs=RS_SFT["epochs"],
                                    threads=stage.trainer.threads)
     with tempfile.TemporaryDirectory() as tmp:
