@@ -3,7 +3,10 @@
 Every row is (response, gold, expected reward, expected reason).  Rows cover each clause of the
 verifier contract: extraction (think blocks, last box, nesting, \\boxed 5, \\fbox, truncation, hedging),
 mathematical equivalence, strictness (rounded decimals are not exact values), gold errors, CAS-hang
-inputs (each must finish in < 1 s) and the JSON-lines stream.
+inputs, false positives found by adversarial probing (value words, infinity arithmetic, equation
+chains, exponent marks, subscripts), the one-deadline contract (tested with inputs built to exceed
+it, never with a stopwatch: speed targets live in bench/verifiers.py) and the JSON-lines stream and
+its CLI in a real process.
 """
 from __future__ import annotations
 
@@ -263,15 +266,18 @@ GOLDEN = [
 ]
 
 
+@pytest.fixture(scope="module")
+def warm_worker():
+    """Rows that need sympy wait for its worker: a cold start under load is a timeout, not a verdict."""
+    _wait_worker_ready()
+
+
 @pytest.mark.parametrize(
     "response,gold,reward,reason", [c[1:] for c in GOLDEN], ids=[c[0] for c in GOLDEN]
 )
-def test_golden(response, gold, reward, reason):
-    t0 = time.perf_counter()
+def test_golden(response, gold, reward, reason, warm_worker):
     v = verify_math(response, gold)
-    elapsed = time.perf_counter() - t0
     assert (v.reward, v.reason) == (reward, reason), v
-    assert elapsed < 1.0, f"took {elapsed:.3f}s"
 
 
 def test_golden_table_is_large_and_balanced():
@@ -350,18 +356,13 @@ def test_integer_gold_given_as_int():
 def test_long_response_20k_chars():
     think = "<think>" + ("Let me compute step by step. 7+8=15, carry the 1. " * 400) + "</think>"
     assert len(think) > 20_000
-    t0 = time.perf_counter()
     assert verify_math(think + "So \\boxed{85}.", "85") == Verdict(1.0, "match", "85")
     assert verify_math(think + "So \\boxed{84}.", "85").reason == "mismatch"
     assert verify_math(think[:-len("</think>")], "85").reason == "no_box"
-    assert time.perf_counter() - t0 < 0.5
 
 
-def test_huge_response_is_fast():
-    r = "x" * 2_000_000 + "\\boxed{3}"
-    t0 = time.perf_counter()
-    assert verify_math(r, "3").reward == 1.0
-    assert time.perf_counter() - t0 < 1.0
+def test_huge_response_one_box():
+    assert verify_math("x" * 2_000_000 + "\\boxed{3}", "3").reward == 1.0
 
 
 ADVERSARIAL = [
@@ -375,10 +376,8 @@ ADVERSARIAL = [
 
 @pytest.mark.parametrize("answer", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
 @pytest.mark.parametrize("gold", ["1", "x+1", "\\sin(x)"])
-def test_adversarial_under_one_second(answer, gold):
-    t0 = time.perf_counter()
+def test_adversarial_scores_zero(answer, gold):
     v = verify_math(B(answer), gold)
-    assert time.perf_counter() - t0 < 1.0
     assert v.reward == 0.0
     assert v.reason in ("too_expensive", "timeout", "mismatch", "unparsable_response")
 
@@ -395,16 +394,16 @@ def test_cas_bombs_are_rejected_before_sympy(answer, monkeypatch):
     assert verify_math(B(answer), "1").reason == "too_expensive"
 
 
-# --- fast path -----------------------------------------------------------------------------------
-def test_integer_fast_path_is_microseconds():
+# --- fast path (its speed is measured by bench/verifiers.py) ---------------------------------------
+def test_integer_fast_path_never_parses(monkeypatch):
+    def no_parse(*args):
+        raise AssertionError("the fast path parsed the answer")
+
+    monkeypatch.setattr(mv, "_parse_value", no_parse)
+    monkeypatch.setattr(mv, "_clean", no_parse)
     r = "<think>7+8=15</think>The answer is \\boxed{85}."
-    verify_math(r, "85")
-    n = 3000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        verify_math(r, "85")
-    per_call = (time.perf_counter() - t0) / n
-    assert per_call < 200e-6, per_call  # ~5 us unloaded; generous for a busy 2-core box
+    assert verify_math(r, "85") == Verdict(1.0, "match", "85")
+    assert verify_math(r, "86") == Verdict(0.0, "mismatch", "85")
 
 
 def test_main_process_never_imports_sympy():
@@ -437,10 +436,8 @@ def test_worker_timeout_kills_and_respawns(monkeypatch):
     _wait_worker_ready()
     old_pid = mv._WORKER.proc.pid
     monkeypatch.setattr(mv, "_WORKER_CALL_S", 0.001)
-    t0 = time.perf_counter()
     v = verify_math(B("\\sin^2 x + \\cos^2 x"), "1")  # needs sympy.simplify: many ms
     assert v.reason == "timeout" and v.reward == 0.0
-    assert time.perf_counter() - t0 < 1.0
     monkeypatch.setattr(mv, "_WORKER_CALL_S", 0.6)
     _wait_worker_ready()
     assert mv._WORKER.proc.pid != old_pid  # killed and replaced
@@ -492,9 +489,10 @@ def test_verify_stream_order_flush_and_bad_lines():
     assert out.flushed_at[: len(lines)] == list(range(1, len(lines) + 1))  # flushed after every line
 
 
-def test_verify_stream_hundreds_of_cases_fast():
+def stream_cases(n: int) -> list[dict]:
+    """n stream lines of six kinds (bench/verifiers.py times the same mix)."""
     cases = []
-    for i in range(300):
+    for i in range(n):
         kind = i % 6
         if kind == 0:
             cases.append({"response": f"<think>..</think>\\boxed{{{i}}}", "answer": str(i)})
@@ -508,10 +506,13 @@ def test_verify_stream_hundreds_of_cases_fast():
             cases.append({"response": "\\boxed{9^{9^{9^9}}}", "answer": "1"})
         else:
             cases.append({"response": f"\\boxed{{[{i}, {i + 1})}}", "answer": f"[{i},{i + 1})"})
+    return cases
+
+
+def test_verify_stream_hundreds_of_cases():
+    cases = stream_cases(300)
     out = io.StringIO()
-    t0 = time.perf_counter()
     verify_stream((json.dumps(c) for c in cases), out)
-    assert time.perf_counter() - t0 < 10.0
     recs = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [r["reward"] for r in recs] == [0.0 if i % 6 in (3, 4) else 1.0 for i in range(300)]
 
@@ -526,3 +527,161 @@ def test_worker_kept_when_caller_budget_runs_out():
     assert mv._WORKER.proc.pid == pid  # not killed: its answer is drained by the next request
     assert verify_math(B("\\cos(\\pi)"), "-1").reason == "match"
     assert mv._WORKER.proc.pid == pid and mv._WORKER.stale_since is None
+
+
+# --- false positives found by adversarial probing: reward 0 however the answer is wrapped ----------
+WRAPS = {
+    "box": lambda x: f"\\boxed{{{x}}}",
+    "sentence": lambda x: f"The final answer is $\\boxed{{{x}}}$.",
+    "after_think": lambda x: f"<think>so it is {x}</think>Therefore \\( \\boxed{{{x}}} \\)",
+}
+
+FALSE_POSITIVES = [  # (id, answer, gold, reason)
+    # a unit word or factor that changes the value is read with it: a different value
+    ("thousand", "5 thousand", "5", X),
+    ("text_hundred", "5 \\text{ hundred}", "5", X),
+    ("text_k", "5 \\text{k}", "5", X),
+    ("squared", "5 squared", "5", X),
+    ("cubed", "3 cubed", "3", X),
+    ("halves", "3 halves", "3", X),
+    ("factorial_word", "5 factorial", "5", X),
+    ("dozen", "2 dozen", "2", X),
+    # undefined arithmetic with infinity is no value
+    ("inf_minus_inf", "\\infty-\\infty", "0", "unparsable_response"),
+    ("zero_times_inf", "0\\cdot\\infty", "0", "unparsable_response"),
+    ("inf_over_inf", "\\frac{\\infty}{\\infty}", "1", "unparsable_response"),
+    ("inf_to_zero", "\\infty^0", "1", "unparsable_response"),
+    # an equation chain with two different values is a hedge
+    ("chain", "x = 4 = 3", "3", "hedged"),
+    ("chain_no_name", "4 = 3 = 3", "3", "hedged"),
+    # a qualified value is not one exact value
+    ("or_more", "3 \\text{ or more}", "3", "unparsable_response"),
+    ("at_least_text", "3 \\text{ at least}", "3", "unparsable_response"),
+    # an exponent-mark number is a number: 1e0 is 1, not 1 * e * 0
+    ("exp_mark", "1e0", "0", X),
+    # subscripts are not digits; a run of superscripts is one exponent
+    ("subscript_digit", "10\u2082", "102", "unparsable_response"),
+    ("superscript_run", "2\u00b9\u2070", "2", X),
+]
+
+
+@pytest.mark.parametrize("wrap", list(WRAPS))
+@pytest.mark.parametrize("answer,gold,reason", [c[1:] for c in FALSE_POSITIVES], ids=[c[0] for c in FALSE_POSITIVES])
+def test_false_positives_score_zero(answer, gold, reason, wrap):
+    v = verify_math(WRAPS[wrap](answer), gold)
+    assert (v.reward, v.reason) == (0.0, reason), v
+    assert v.answer == answer
+
+
+@pytest.mark.parametrize("answer,gold", [
+    ("5 thousand", "5000"), ("5 \\text{ hundred}", "500"), ("5 \\text{k}", "5000"), ("5 squared", "25"),
+    ("3 cubed", "27"), ("3 halves", "\\frac{3}{2}"), ("5 factorial", "120"), ("2 dozen", "24"),
+    ("5 hundred thousand", "500000"), ("1e0", "1"), ("2.5E3", "2500"), ("1e-3", "0.001"),
+    ("2\u00b9\u2070", "1024"), ("10\u207b\u00b3", "0.001"),
+])
+def test_value_words_and_marks_are_read_as_values(answer, gold):
+    assert verify_math(B(answer), gold) == Verdict(1.0, M, answer)
+
+
+@pytest.mark.parametrize("answer,gold", [
+    ("5 \\text{ cm}", "5"), ("5 cm squared", "5"), ("6 \\text{ meters per second}", "6"), ("300 \\text{K}", "300"),
+    ("2 k", "2k"), ("2e", "2e"), ("2e - 1", "-1+2 e"), ("x_{1}+x\u2082", "x_1+x_2"), ("(-\\infty, 3]", "(-\\infty,3]"),
+    ("-\\infty", "-\\infty"), ("x = 1 + 2 = 3", "3"), ("x = y = 3", "3"), ("f(2) = 2^2 + 1 = 5", "5"),
+])
+def test_fixes_keep_right_answers(answer, gold):
+    assert verify_math(B(answer), gold).reason == M
+
+
+@pytest.mark.parametrize("gold", ["\\infty - \\infty", "x = 4 = 3", "3 \\text{ or more}", "10\u2082"])
+def test_gold_with_no_single_value_is_rejected(gold):
+    with pytest.raises(GoldAnswerError):
+        check_gold(gold)
+
+
+# --- one deadline covers the whole call -------------------------------------------------------------
+def _equal_polynomial_boxes(n: int) -> str:
+    """n boxes, each a different spelling of (a+...+f)^6: the hedge check must expand every one."""
+    return " ".join(f"\\boxed{{(a+b+c+d+e+f)^{{6}}+{i}-{i}}}" for i in range(n))
+
+
+@pytest.mark.parametrize("response", [
+    _equal_polynomial_boxes(2000),  # ~0.1 s of exact arithmetic per box: minutes without a deadline
+    _equal_polynomial_boxes(30_000),  # a 1 MB response
+], ids=["2000_boxes", "1MB"])
+def test_deadline_covers_every_box(response):
+    assert verify_math(response, "(a+b+c+d+e+f)^6").reason == "timeout"
+    assert extract_final_answer(response) == (None, "timeout")
+
+
+def test_deadline_is_per_call_and_never_cached(monkeypatch):
+    monkeypatch.setattr(mv, "_TIME_BUDGET_S", 0.0)
+    assert verify_math(B("x^2+14x+49"), "(x+7)^2") == Verdict(0.0, "timeout", None)
+    monkeypatch.setattr(mv, "_TIME_BUDGET_S", 0.85)
+    assert verify_math(B("x^2+14x+49"), "(x+7)^2").reason == M  # the gold parse that timed out is redone
+
+
+@pytest.mark.parametrize("step", [
+    lambda: mv._find_boxes("\\boxed{1}"),
+    lambda: mv._match_brace("{" * 5000 + "}" * 5000, 0),
+    lambda: mv._parse_value("x^2+1", True),
+    lambda: mv._canon(["+", ["s", "x"], ["n", 1, 1]]),
+    lambda: mv._values_equal(("text", "yes"), ("text", "yes"), mv._current_deadline()),
+], ids=["boxes", "braces", "parse", "canonical_form", "compare"])
+def test_every_pure_python_step_checks_the_deadline(step):
+    # no sympy involved: the deadline is not only the worker's
+    with mv._armed(0.0):
+        with pytest.raises(mv._Timeout):
+            step()
+    step()  # disarmed again after the call
+
+
+# --- the CLI in a real process: any bytes in, valid UTF-8 out, exit status says bad input -----------
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(stdin: bytes, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "posttrain.cli", "verify", "--kind", "math"], input=stdin,
+                          capture_output=True, timeout=120, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1", **env))
+
+
+def _records(stdout: bytes) -> list[dict]:
+    return [json.loads(x) for x in stdout.decode("utf-8").splitlines()]  # strict: must be valid UTF-8
+
+
+def test_cli_survives_any_bytes_and_exits_non_zero_on_bad_input():
+    lines = [
+        b'{"response": "\\\\boxed{5}", "answer": "5"}',
+        b'{"response": "\\\\boxed{\\ud800}", "answer": "1"}',  # a JSON-escaped lone surrogate
+        b'{"response": "\xff\xfe\\\\boxed{5}", "answer": "5"}',  # not UTF-8
+        b"\x00\x01\x02 binary \x80",
+        b'{"response": "\xe7\xad\x94\xe6\xa1\x88\\\\boxed{85}", "answer": "85"}',  # UTF-8 Chinese
+        b"[" * 100_000,  # nesting deep enough to overflow a recursive JSON parser
+        b'{"response": "\\\\boxed{4}", "answer": "5"}',
+    ]
+    # strict ASCII stdio, as under LC_ALL=C: the output must still be UTF-8 and nothing may crash
+    r = _cli(b"\n".join(lines) + b"\n", PYTHONIOENCODING="ascii:strict", LC_ALL="C", PYTHONUTF8="0")
+    recs = _records(r.stdout)
+    assert [x["reason"] for x in recs] == ["match", "unparsable_response", "bad_input", "bad_input", "match",
+                                           "bad_input", "mismatch"], r.stderr
+    assert recs[1]["answer"] == "\ufffd"  # the lone surrogate, replaced so the output is valid UTF-8
+    assert recs[2]["error"].startswith("line 3: invalid UTF-8")
+    assert r.returncode == 1
+    assert "3 of 7 lines were bad input (line 3, 4, 6)" in r.stderr.decode()
+
+
+def test_cli_exit_zero_when_every_line_is_good():
+    r = _cli(b'{"response": "\\\\boxed{5}", "answer": "5"}\n\n{"response": "no box", "answer": "5"}\n')
+    assert r.returncode == 0 and r.stderr == b""
+    assert [x["reason"] for x in _records(r.stdout)] == ["match", "no_box"]
+
+
+def test_stream_counts_and_bounds_long_lines(monkeypatch):
+    monkeypatch.setattr(mv, "_MAX_LINE_BYTES", 64)
+    src = io.BytesIO(b'{"response": "\\\\boxed{5}", "answer": "5"}\n' + b"x" * 500 + b"\n"
+                     + b'{"response": "\\\\boxed{6}", "answer": "6"}\n')
+    out = io.BytesIO()
+    counts = verify_stream(src, out)
+    recs = _records(out.getvalue())
+    assert [x["reason"] for x in recs] == ["match", "bad_input", "match"]
+    assert "longer than 64 bytes" in recs[1]["error"]
+    assert counts == {"lines": 3, "bad_input": 1, "bad_lines": [2]}

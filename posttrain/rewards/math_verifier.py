@@ -5,8 +5,8 @@ Public API (the rest of the project depends on exactly this):
     MATH_VERIFIER_VERSION                  bump whenever a verdict can change
     Verdict(reward, reason, answer)        frozen dataclass
     extract_final_answer(response)         -> (answer | None, reason)
-    verify_math(response, gold)            -> Verdict; never raises, returns in < 1 s
-    verify_stream(lines, out)              JSON-lines CLI body
+    verify_math(response, gold)            -> Verdict; never raises, one deadline: returns in < 1 s
+    verify_stream(lines, out)              JSON-lines CLI body -> counts (bad_input lines)
     GoldAnswerError, check_gold(gold)      raise on a gold answer that cannot be parsed
 
 How a verdict is reached
@@ -35,6 +35,9 @@ How a verdict is reached
      when it overruns its time budget (``timeout``).  sympy is never imported in the caller.
    Inputs built to hang a CAS (power towers, huge factorials, deep nesting, very long answers) are
    rejected by cheap size checks before any sympy work (``too_expensive``).
+4. One deadline (``_TIME_BUDGET_S``) covers the whole call: box scan, parsing, every box of a
+   hedge check, the canonical form and the sympy worker all check it, so no input (2,000 boxes,
+   a 1 MB response) keeps a call past 1 s; when it runs out the verdict is 0 with ``timeout``.
 
 Interpretation choices (documented contract points)
 ---------------------------------------------------
@@ -56,6 +59,17 @@ Interpretation choices (documented contract points)
 * ``\\lfloor x \\rfloor`` / ``\\lceil x \\rceil`` are floor / ceiling; ``\\overline{AB}`` is the group AB.
 * Unit words are dropped only after a number and only if they look like units (``cm``, ``apples``,
   ``meters per second``), so ``2 x`` stays the product 2x; the unit itself is not compared.
+  Words that change the value are read with it, never dropped: ``5 thousand`` is 5000,
+  ``5 \\text{k}`` 5000, ``2 dozen`` 24, ``3 halves`` 3/2, ``5 squared`` 25, ``5 factorial`` 120
+  (leading words only: ``5 cm squared`` is 5).  A qualifier (``3 \\text{ or more}``, ``about``,
+  ``at least``) leaves no single value: ``unparsable_response``.
+* Infinity is a value only as ``\\infty`` / ``-\\infty``; arithmetic with it (``\\infty-\\infty``,
+  ``0\\cdot\\infty``, ``\\infty^0``, ``\\infty+1``) is ``unparsable_response``.
+* An equation chain is its common value (``x = 1 + 2 = 3`` is 3); one whose sides differ
+  (``x = 4 = 3``) is ``hedged`` (as a gold: unparsable).
+* An exponent mark glued to a number is read as a number: ``1e0`` is 1, ``2.5E3`` 2500, ``2e-1``
+  0.2 (``2e - 1`` with spaces is 2e minus 1).  Unicode superscript runs are one exponent
+  (``2¹⁰`` is 1024); subscripts are never digits (``10₂`` is not 102: unparsable).
 * A gold that is parseable but too expensive to evaluate is not an error for ``check_gold``
   (verify_math scores 0 with ``too_expensive`` unless the answer is the identical string).
 """
@@ -63,6 +77,7 @@ from __future__ import annotations
 
 import atexit
 import cmath
+import io
 import json
 import math
 import os
@@ -77,9 +92,9 @@ import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Iterable, TextIO
+from typing import BinaryIO, Iterable, Iterator, TextIO
 
-MATH_VERIFIER_VERSION = "math-verifier/1"
+MATH_VERIFIER_VERSION = "math-verifier/2"
 
 __all__ = [
     "MATH_VERIFIER_VERSION",
@@ -141,6 +156,22 @@ class _Timeout(Exception):
     pass
 
 
+class _Hedged(_Unparsable):
+    """Two different values given as one answer (``x = 4 = 3``): a hedge in a response, an
+    unparsable gold."""
+
+
+# One deadline per verify_math call, armed for this thread while the call runs: the parser, the
+# canonical form, the box scan and every comparison check it (_tick), not only the sympy worker.
+_ACTIVE = threading.local()
+
+
+def _tick() -> None:
+    d = getattr(_ACTIVE, "deadline", None)
+    if d is not None and time.monotonic() > d.t:
+        raise _Timeout()
+
+
 # ----------------------------------------------------------------------------------------------
 # extraction
 # ----------------------------------------------------------------------------------------------
@@ -150,23 +181,22 @@ _THINK_CLOSE = "</think>"
 _TRAIL_PUNCT = ".,;:?。，；：？、 \t\r\n"
 
 
+_BRACE_SCAN_RE = re.compile(r"\\.|[{}]", re.S)
+
+
 def _match_brace(text: str, i: int) -> int:
     """Index of the brace closing the '{' at text[i], or -1; backslash escapes are skipped."""
     depth = 0
-    n = len(text)
-    j = i
-    while j < n:
-        ch = text[j]
-        if ch == "\\":
-            j += 2
-            continue
+    for k, m in enumerate(_BRACE_SCAN_RE.finditer(text, i)):  # visits braces and escapes only
+        if k & 4095 == 4095:
+            _tick()
+        ch = m.group(0)
         if ch == "{":
             depth += 1
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return j
-        j += 1
+                return m.start()
     return -1
 
 
@@ -179,6 +209,7 @@ def _find_boxes(text: str) -> list[str | None]:
     pos = 0
     n = len(text)
     while True:
+        _tick()
         m = _BOX_RE.search(text, pos)
         if m is None:
             return out
@@ -235,21 +266,22 @@ def _extract_boxes(response: str) -> tuple[list[str | None], str | None]:
 
 def extract_final_answer(response: str) -> tuple[str | None, str]:
     """The final answer text (content of the last box of the answer part) and "ok", or None and the
-    reason (no_box | think_only | hedged | unparsable_response)."""
+    reason (no_box | think_only | hedged | unparsable_response | timeout)."""
     try:
         if not isinstance(response, str):
             return None, "unparsable_response"
-        boxes, reason = _extract_boxes(response)
-        if reason is not None:
-            return None, reason
-        answer = boxes[-1]
-        assert answer is not None
-        if len(boxes) > 1:
-            deadline = _Deadline()
+        with _armed(_TIME_BUDGET_S) as deadline:
+            boxes, reason = _extract_boxes(response)
+            if reason is not None:
+                return None, reason
+            answer = boxes[-1]
+            assert answer is not None
             thousands = any(b is not None and _THOUSANDS_WHOLE_RE.match(b.strip()) for b in boxes)
-            if _is_hedged(boxes, thousands, deadline):
+            if len(boxes) > 1 and _is_hedged(boxes, thousands, deadline):
                 return None, "hedged"
         return answer, "ok"
+    except _Timeout:
+        return None, "timeout"
     except Exception:  # pragma: no cover - defensive
         return None, "unparsable_response"
 
@@ -263,14 +295,18 @@ _UNICODE_MAP = {
     "\u00f7": r"\div ", "\u03c0": r"\pi ", "\u221e": r"\infty ", "\u221a": r"\sqrt", "\u00b0": r"^\circ",
     "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ", "\u222a": r"\cup ", "\u2229": r"\cap ",
     "\u00b1": r"\pm ", "\u2213": r"\mp ", "\u2208": r"\in ", "\u2205": r"\emptyset ",
-    "\u00b2": "^2", "\u00b3": "^3", "\u00b9": "^1", "\u2070": "^0", "\u2074": "^4",
-    "\u2075": "^5", "\u2076": "^6", "\u2077": "^7", "\u2078": "^8", "\u2079": "^9",
     "\u00bd": r"\frac{1}{2}", "\u2153": r"\frac{1}{3}", "\u2154": r"\frac{2}{3}", "\u00bc": r"\frac{1}{4}",
     "\u00be": r"\frac{3}{4}", "\u211d": r"\mathbb{R}", "\u3002": ".", "\u00a0": " ", "\u2009": " ",
     "\u202f": " ", "\u3000": " ", "\u2032": "'", "\u03b8": r"\theta ", "\u03b1": r"\alpha ",
     "\u03b2": r"\beta ",
 }
 _UNICODE_RE = re.compile("|".join(re.escape(k) for k in _UNICODE_MAP))
+# A run of superscripts is one exponent (2¹⁰ is 2^{10}) and a run of subscripts one subscript
+# (10₂ is 10_{2}, not the digits 102): mapped before NFKC, which would flatten both into the line.
+_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱ", "0123456789+-=()ni"))
+_SUBSCRIPTS = dict(zip("₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₔₕₖₗₘₙₚₛₜᵢⱼᵣᵤᵥ", "0123456789+-=()aeoxəhklmnpstijruv"))
+_SUPER_RUN_RE = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
+_SUB_RUN_RE = re.compile("[" + "".join(_SUBSCRIPTS) + "]+")
 
 _WRAPPERS = (
     "text", "textbf", "textit", "textrm", "textsf", "texttt", "textnormal", "mathrm", "mathbf",
@@ -281,10 +317,47 @@ _WRAPPER_RE = re.compile(r"\\(?:" + "|".join(_WRAPPERS) + r")\s*\{")
 _TEXTISH = r"\\(?:text|textrm|textnormal|textit|textbf|mathrm|mbox|hbox|textsf)\s*"
 # \text{ or } / \text{and} between values: a list separator
 _TEXT_OR_RE = re.compile(_TEXTISH + r"\{\s*(?:or|and|,)\s*\}")
-# \text{ cm}, \mathrm{~m}^2 after a number: a unit; dropped
+# \text{ cm}, \mathrm{~m}^2 after a number: a unit, dropped (unless its words change the value)
 _TEXT_UNIT_RE = re.compile(
-    r"(?<=[\d}.)])\s*" + _TEXTISH + r"\{\s*[A-Za-z\u4e00-\u9fff][^{}\d]*\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?"
+    r"(?<=[\d}.)])\s*" + _TEXTISH + r"\{\s*(?P<u>[A-Za-z\u4e00-\u9fff][^{}\d]*)\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?"
 )
+# Words after a number that change its value: read with the number, never dropped as a unit
+# (5 thousand is 5000, 3 halves is 3/2).  Only leading words count: "5 cm squared" is 5 cm².
+_VALUE_WORDS = {
+    **dict.fromkeys(("hundred", "hundreds"), "*100"), **dict.fromkeys(("thousand", "thousands"), "*1000"),
+    **dict.fromkeys(("million", "millions"), "*10^{6}"), **dict.fromkeys(("billion", "billions"), "*10^{9}"),
+    **dict.fromkeys(("trillion", "trillions"), "*10^{12}"), **dict.fromkeys(("dozen", "dozens"), "*12"),
+    "squared": "^2", "cubed": "^3", "factorial": "!",
+    **dict.fromkeys(("half", "halves"), "/2"), **dict.fromkeys(("third", "thirds"), "/3"),
+    **dict.fromkeys(("quarter", "quarters", "fourth", "fourths"), "/4"),
+    **{w: f"/{d}" for d, ws in ((5, ("fifth", "fifths")), (6, ("sixth", "sixths")), (7, ("seventh", "sevenths")),
+                                (8, ("eighth", "eighths")), (9, ("ninth", "ninths")), (10, ("tenth", "tenths")),
+                                (100, ("hundredth", "hundredths")), (1000, ("thousandth", "thousandths")))
+       for w in ws},
+}
+# in \text{} a lone k is the thousands prefix (5\text{k}); in math mode "5 k" stays the product 5k
+_TEXT_VALUE_WORDS = {**_VALUE_WORDS, "k": "*1000"}
+# Words that make the number something other than one exact value (3 or more, about 5): unparsable
+_QUALIFIER_WORDS = {
+    "or", "and", "not", "than", "more", "less", "fewer", "greater", "larger", "bigger", "smaller",
+    "higher", "lower", "least", "most", "above", "below", "over", "under", "plus", "minus", "about",
+    "around", "approximately", "approx", "roughly", "nearly", "almost", "ish",
+}
+
+
+def _unit_suffix(words: list[str], value_words: dict[str, str]) -> str:
+    """What the words after a number leave of it: "" for a unit (dropped), an operator suffix for
+    leading value words ("hundred thousand" -> "*100*1000"); _Unparsable for a qualifier."""
+    low = [w.lower() for w in words]
+    if any(w in _QUALIFIER_WORDS for w in low):
+        raise _Unparsable("a qualified value is not one exact value")
+    suffix = ""
+    for w in words:
+        w = w if len(w) == 1 else w.lower()  # k is kilo; K is kelvin, a unit
+        if w not in value_words:
+            break
+        suffix += value_words[w]
+    return suffix
 _SPACING_RE = re.compile(r"\\[,;:!>]|\\(?:thinspace|negthinspace|medspace|thickspace)(?![A-Za-z])")
 _WIDE_SPACE_RE = re.compile(r"\\q?quad(?![A-Za-z])|\\enspace(?![A-Za-z])|\\hspace\*?\{[^{}]*\}|\\ |~")
 _SIZING_RE = re.compile(
@@ -380,6 +453,8 @@ def _clean(s: str, thousands: bool) -> tuple[str, bool]:
     """Normalise LaTeX / plain text.  Returns (string, percent flag)."""
     if len(s) > _MAX_RAW_ANSWER:
         raise _TooExpensive("answer too long")
+    s = _SUPER_RUN_RE.sub(lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)) + "}", s)
+    s = _SUB_RUN_RE.sub(lambda m: "_{" + "".join(_SUBSCRIPTS[c] for c in m.group(0)) + "}", s)
     s = _UNICODE_RE.sub(lambda m: _UNICODE_MAP[m.group(0)], s)
     s = unicodedata.normalize("NFKC", s)
     s = s.replace("\\\\", "\x01")  # LaTeX row break (matrices)
@@ -396,7 +471,7 @@ def _clean(s: str, thousands: bool) -> tuple[str, bool]:
     s = _FRAC_NAMES_RE.sub(r"\\frac", s)
     s = _BINOM_NAMES_RE.sub(r"\\binom", s)
     s = _TEXT_OR_RE.sub(",", s)
-    s = _TEXT_UNIT_RE.sub("", s)
+    s = _TEXT_UNIT_RE.sub(lambda m: _unit_suffix(re.findall(r"[A-Za-z]+", m.group("u")), _TEXT_VALUE_WORDS), s)
     # percent (before unwrapping, \text{\%})
     s = s.strip().rstrip(_TRAIL_PUNCT).strip()
     pct = False
@@ -442,6 +517,10 @@ _WORD_SPLIT_RE = re.compile(
     r"arcsin|arccos|arctan|arccot|sinh|cosh|tanh|sqrt|sin|cos|tan|cot|sec|csc|log|ln|exp|pi|infty|[A-Za-z]"
 )
 _NUM_RE = re.compile(r"(\d+)(?:\.(\d*))?(?:\\overline\{(\d+)\})?|\.(\d+)(?:\\overline\{(\d+)\})?")
+# 1e0, 2.5E-3: an exponent mark glued to a number is read as that number (so 2e-1 is 0.2; 2e - 1
+# with spaces, or 2e-x, is twice Euler's number minus something)
+_EXP_MARK_RE = re.compile(r"[eE]([+-]?\d{1,5})(?![\d.A-Za-z_])")
+_MAX_EXP_MARK = 4000
 _CMD_RE = re.compile(r"\\([A-Za-z]+|.)")
 _GREEK = {
     "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta",
@@ -479,8 +558,16 @@ def _tokenize(s: str) -> list[tuple[str, object]]:
                 raise _TooExpensive("number too long")
             if toks and toks[-1][0] == "num":
                 raise _Unparsable("two numbers in a row")
-            toks.append(("num", _num_value(m)))
+            v = _num_value(m)
             i = m.end()
+            x = _EXP_MARK_RE.match(s, i)
+            if x is not None and m.group(3) is None and m.group(5) is None:
+                k = int(x.group(1))
+                if abs(k) > _MAX_EXP_MARK:
+                    raise _TooExpensive("exponent too large")
+                v *= Fraction(10) ** k
+                i = x.end()
+            toks.append(("num", v))
             continue
         if ch == "\\":
             m = _CMD_RE.match(s, i)
@@ -607,6 +694,7 @@ class _Parser:
             raise _Unparsable(f"expected {val!r}")
 
     def enter(self):
+        _tick()
         self.depth += 1
         if self.depth > 120:
             raise _TooExpensive("expression nested too deeply")
@@ -786,7 +874,35 @@ class _Parser:
 
 
 def _parse_expr(s: str) -> list:
-    return _Parser(_tokenize(s)).parse()
+    ast = _Parser(_tokenize(s)).parse()
+    if _has_infinity(ast):
+        _check_infinity(ast)
+    return ast
+
+
+def _has_infinity(ast) -> bool:
+    stack = [ast]
+    while stack:
+        node = stack.pop()
+        if node[0] == "c" and node[1] == "oo":
+            return True
+        if node[0] not in ("n", "s", "c"):
+            stack.extend(x for x in node[1:] if isinstance(x, list))
+    return False
+
+
+_PLUS_INFINITY = ((("c", "oo"), Fraction(1)),)
+
+
+def _check_infinity(ast) -> None:
+    """Infinity is a value only as +-infinity itself (an interval end, a limit); arithmetic with it
+    (oo - oo, 0 * oo, oo / oo, oo^0, 2 oo, oo + 1) is undefined or a form nobody answers with."""
+    try:
+        c = _canon(ast)
+    except (_Unsupported, _Undefined):
+        raise _Unparsable("arithmetic with infinity") from None
+    if len(c) != 1 or _PLUS_INFINITY not in c or abs(c[_PLUS_INFINITY]) != 1:
+        raise _Unparsable("arithmetic with infinity")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -924,7 +1040,7 @@ def _strip_units(s: str) -> str:
         if not any(w.lower() in _MATH_WORDS for w in words) and (
             all(unitish) or (len(words) > 1 and unitish[0] and all(len(w) >= 2 for w in words))
         ):
-            return m.group("v").strip()
+            return m.group("v").strip() + _unit_suffix(words, _VALUE_WORDS)
     m = _CJK_UNIT_RE.match(s)
     if m:
         return m.group("v").strip()
@@ -954,6 +1070,7 @@ def _wordy(s: str) -> bool:
 
 
 def _parse_value(raw: str, thousands: bool, level: int = 0) -> tuple:
+    _tick()
     if level == 0:
         if not raw.strip():
             raise _Unparsable("empty")
@@ -1063,15 +1180,14 @@ def _parse_relation(parts: list, thousands: bool, level: int) -> tuple:
     if any(not x.strip() for x in sides):
         raise _Unparsable("empty side of a relation")
     if all(o == "=" for o in ops):
-        if _NAME_LHS_RE.match(sides[0]):
-            # x = 3, f(2) = 5, x = 1 + 2 = 3: the last right-hand side
+        if len(sides) > 2:
+            return _parse_chain(sides, thousands, level)
+        if _NAME_LHS_RE.match(sides[0]):  # x = 3, f(2) = 5: the right-hand side
             return _parse_value(sides[-1], thousands, level + 1)
         if len(sides) == 2 and _NAME_LHS_RE.match(sides[1]):  # 3 = x
             return _parse_value(sides[0], thousands, level + 1)
-        if len(sides) == 2:
-            lhs, rhs = (_parse_scalar(x) for x in sides)
-            return ("eq", _Scalar(["+", lhs, ["*", _MINUS_ONE, rhs]]))
-        return _parse_value(sides[-1], thousands, level + 1)
+        lhs, rhs = (_parse_scalar(x) for x in sides)
+        return ("eq", _Scalar(["+", lhs, ["*", _MINUS_ONE, rhs]]))
     if ops == ["!="]:
         if _NAME_LHS_RE.match(sides[1]) and not _NAME_LHS_RE.match(sides[0]):
             sides = sides[::-1]
@@ -1096,6 +1212,18 @@ def _parse_relation(parts: list, thousands: bool, level: int) -> tuple:
         return ("seq", "(" if ops[0] == "<" else "[", ")" if ops[1] == "<" else "]",
                 [_sv(_parse_scalar(sides[0])), _sv(_parse_scalar(sides[2]))])
     return ("rel", tuple(ops), [_Scalar(_parse_scalar(x)) for x in sides])
+
+
+def _parse_chain(sides: list, thousands: bool, level: int) -> tuple:
+    """x = 1 + 2 = 3 (or x = y = 3) is its value 3 when every side that is not a bare name has
+    that value; x = 4 = 3 gives two different values: a hedge."""
+    values = [x for x in sides if not _NAME_LHS_RE.match(x)] or sides[-1:]
+    last = _parse_value(values[-1], thousands, level + 1)
+    deadline = _current_deadline()
+    for x in values[:-1]:
+        if not _values_equal(_parse_value(x, thousands, level + 1), last, deadline):
+            raise _Hedged("an equation chain with different values")
+    return last
 
 
 def _sv(ast) -> tuple:
@@ -1165,6 +1293,7 @@ def _pmul(a: dict, b: dict) -> dict:
         raise _TooExpensive("polynomial too large")
     r: dict = {}
     for ka, ca in a.items():
+        _tick()
         for kb, cb in b.items():
             if not ka:
                 coef, key = Fraction(1), kb
@@ -1310,6 +1439,7 @@ def _ppow(base: dict, e: Fraction) -> dict:
 
 
 def _canon(ast) -> dict:
+    _tick()
     op = ast[0]
     if op == "n":
         return _pconst(Fraction(ast[1], ast[2]))
@@ -1496,6 +1626,26 @@ class _Deadline:
 
     def left(self) -> float:
         return self.t - time.monotonic()
+
+
+class _armed:
+    """Arm a fresh deadline of ``budget`` seconds for this thread (what _tick checks)."""
+
+    def __init__(self, budget: float):
+        self.deadline = _Deadline(budget)
+
+    def __enter__(self) -> _Deadline:
+        self.prev = getattr(_ACTIVE, "deadline", None)
+        _ACTIVE.deadline = self.deadline
+        return self.deadline
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.deadline = self.prev
+
+
+def _current_deadline() -> _Deadline:
+    """The armed deadline, or a fresh one outside verify_math (check_gold parses without one)."""
+    return getattr(_ACTIVE, "deadline", None) or _Deadline()
 
 
 class _SympyWorker:
@@ -1835,6 +1985,7 @@ def _unordered_equal(xs: list, ys: list, deadline: _Deadline) -> bool:
 
 
 def _values_equal(a: tuple, g: tuple, deadline: _Deadline) -> bool:
+    _tick()
     ka, kg = a[0], g[0]
     if ka == "scalar" and kg == "scalar":
         return _scalar_equal(a[1], g[1], deadline)
@@ -1897,11 +2048,15 @@ def _values_equal(a: tuple, g: tuple, deadline: _Deadline) -> bool:
 
 def _is_hedged(boxes: list, thousands: bool, deadline: _Deadline) -> bool:
     last = boxes[-1]
-    norm_last = re.sub(r"\s+", "", last)
+    seen = {re.sub(r"\s+", "", last)}  # a box repeated verbatim is compared once
     last_val = None
     for other in boxes[:-1]:
-        if other is None or re.sub(r"\s+", "", other) == norm_last:
+        if other is None:
             continue
+        norm = re.sub(r"\s+", "", other)
+        if norm in seen:
+            continue
+        seen.add(norm)
         try:
             if last_val is None:
                 last_val = _parse_value(last, thousands)
@@ -1960,91 +2115,141 @@ def check_gold(gold: str) -> None:
 # verify
 # ----------------------------------------------------------------------------------------------
 def verify_math(response: str, gold: str) -> Verdict:
-    """Score one response against a gold answer.  Never raises; returns in well under 1 s."""
-    answer: str | None = None
+    """Score one response against a gold answer.  Never raises; one deadline (_TIME_BUDGET_S) covers
+    the whole call: extraction, parsing, every box and the comparison (``timeout`` when it runs out)."""
+    found: list[str] = []  # the extracted answer, reported with every verdict once known
     try:
-        if not isinstance(gold, str):
-            gold = "" if gold is None or isinstance(gold, bool) else str(gold)
-        if not isinstance(response, str):
-            response = "" if response is None else str(response)
-        g = _gold_cached(gold)
-        boxes, reason = _extract_boxes(response)
-        if boxes and boxes[-1] is not None and boxes[-1].strip():
-            answer = boxes[-1]
-        if g[0] == "err":
-            return Verdict(0.0, g[1], answer)
-        if reason is not None:
-            return Verdict(0.0, reason, answer)
-        assert answer is not None
-        gval, gclean, gfrac = g[1], g[2], g[3]
-        # fast path: a plain number against a plain-number gold
-        if gfrac is not None and len(boxes) == 1 and len(answer) <= 100:
-            m = _SIMPLE_NUM_RE.match(answer)
-            if m:
-                v = Fraction(m.group(2))
-                if m.group(1) == "-":
-                    v = -v
-                return Verdict(1.0 if v == gfrac else 0.0, "match" if v == gfrac else "mismatch", answer)
-        deadline = _Deadline()
-        thousands = gval[0] == "scalar"
-        if len(boxes) > 1 and _is_hedged(boxes, thousands, deadline):
-            return Verdict(0.0, "hedged", answer)
-        try:
-            if gclean is not None and _clean(answer, thousands) == gclean:
-                return Verdict(1.0, "match", answer)
-            aval = _parse_value(answer, thousands)
-        except _Unparsable:
-            return Verdict(0.0, "unparsable_response", answer)
-        if aval[0] == "list" and gval[0] in ("scalar", "text") and _OR_RE.search(answer):
-            return Verdict(0.0, "hedged", answer)  # "5 or 6" for a single-valued gold
-        ok = _values_equal(aval, gval, deadline)
-        return Verdict(1.0 if ok else 0.0, "match" if ok else "mismatch", answer)
+        with _armed(_TIME_BUDGET_S) as deadline:
+            return _verify(response, gold, deadline, found)
     except _TooExpensive:
-        return Verdict(0.0, "too_expensive", answer)
+        reason = "too_expensive"
     except RecursionError:
-        return Verdict(0.0, "too_expensive", answer)
+        reason = "too_expensive"
     except _Timeout:
-        return Verdict(0.0, "timeout", answer)
-    except _Unparsable:
-        return Verdict(0.0, "unparsable_response", answer)
-    except Exception:  # never raise into a trainer
-        return Verdict(0.0, "unparsable_response", answer)
+        reason = "timeout"
+    except _Hedged:
+        reason = "hedged"
+    except Exception:  # _Unparsable, and never raise into a trainer
+        reason = "unparsable_response"
+    return Verdict(0.0, reason, found[0] if found else None)
 
 
-def verify_stream(lines: Iterable[str], out: TextIO) -> None:
-    """Read JSON lines {"response": ..., "answer": ...}; write one JSON verdict line per input."""
-    prestart_worker()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f"invalid JSON: {e}") from None
-            if not isinstance(obj, dict):
-                raise ValueError("expected a JSON object")
-            if "response" not in obj:
-                raise ValueError("missing key 'response'")
-            if "answer" not in obj:
-                raise ValueError("missing key 'answer'")
-            resp, gold = obj["response"], obj["answer"]
-            if not isinstance(resp, str):
-                raise ValueError("'response' must be a string")
-            if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
-                raise ValueError("'answer' must be a string")
-            if not isinstance(gold, str):
-                gold = str(gold)
-        except ValueError as e:
-            rec = {"reward": 0.0, "reason": "bad_input", "error": f"line {n}: {e}"}
+def _verify(response, gold, deadline: _Deadline, found: list) -> Verdict:
+    if not isinstance(gold, str):
+        gold = "" if gold is None or isinstance(gold, bool) else str(gold)
+    if not isinstance(response, str):
+        response = "" if response is None else str(response)
+    g = _gold_cached(gold)
+    boxes, reason = _extract_boxes(response)
+    answer = None
+    if boxes and boxes[-1] is not None and boxes[-1].strip():
+        answer = boxes[-1]
+        found.append(answer)
+    if g[0] == "err":
+        return Verdict(0.0, g[1], answer)
+    if reason is not None:
+        return Verdict(0.0, reason, answer)
+    assert answer is not None
+    gval, gclean, gfrac = g[1], g[2], g[3]
+    # fast path: a plain number against a plain-number gold
+    if gfrac is not None and len(boxes) == 1 and len(answer) <= 100:
+        m = _SIMPLE_NUM_RE.match(answer)
+        if m:
+            v = Fraction(m.group(2))
+            if m.group(1) == "-":
+                v = -v
+            return Verdict(1.0 if v == gfrac else 0.0, "match" if v == gfrac else "mismatch", answer)
+    thousands = gval[0] == "scalar"
+    if len(boxes) > 1 and _is_hedged(boxes, thousands, deadline):
+        return Verdict(0.0, "hedged", answer)
+    if gclean is not None and _clean(answer, thousands) == gclean:
+        return Verdict(1.0, "match", answer)
+    aval = _parse_value(answer, thousands)
+    if aval[0] == "list" and gval[0] in ("scalar", "text") and _OR_RE.search(answer):
+        return Verdict(0.0, "hedged", answer)  # "5 or 6" for a single-valued gold
+    ok = _values_equal(aval, gval, deadline)
+    return Verdict(1.0 if ok else 0.0, "match" if ok else "mismatch", answer)
+
+
+_MAX_LINE_BYTES = 16 << 20  # one input line; a longer one is reported bad_input, not read whole
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _input_lines(lines) -> Iterator[str | bytes | None]:
+    """The lines of a stream, read in bounded pieces (None marks a line over _MAX_LINE_BYTES), or
+    the items of any other iterable of str / bytes."""
+    readline = getattr(lines, "readline", None)
+    if readline is None:
+        yield from lines
+        return
+    while True:
+        line = readline(_MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > _MAX_LINE_BYTES:
+            nl = b"\n" if isinstance(line, bytes) else "\n"
+            while line and not line.endswith(nl):  # skip the rest of that line
+                line = readline(1 << 20)
+            yield None
         else:
-            v = verify_math(resp, gold)
-            rec = {"reward": v.reward, "reason": v.reason, "answer": v.answer}
-        out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            yield line
+
+
+def _stream_record(n: int, line: str | bytes | None) -> dict:
+    try:
+        if line is None:
+            raise ValueError(f"line longer than {_MAX_LINE_BYTES} bytes")
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"invalid UTF-8 at byte {e.start}") from None
+        try:
+            obj = json.loads(line.lstrip("\ufeff") if n == 1 else line)
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"invalid JSON: {str(e)[:200]}") from None
+        if not isinstance(obj, dict):
+            raise ValueError("expected a JSON object")
+        if "response" not in obj:
+            raise ValueError("missing key 'response'")
+        if "answer" not in obj:
+            raise ValueError("missing key 'answer'")
+        resp, gold = obj["response"], obj["answer"]
+        if not isinstance(resp, str):
+            raise ValueError("'response' must be a string")
+        if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
+            raise ValueError("'answer' must be a string")
+    except ValueError as e:
+        return {"reward": 0.0, "reason": "bad_input", "error": f"line {n}: {e}"}
+    v = verify_math(resp, gold if isinstance(gold, str) else str(gold))
+    return {"reward": v.reward, "reason": v.reason, "answer": v.answer}
+
+
+def verify_stream(lines: Iterable[str | bytes] | BinaryIO | TextIO, out: TextIO | BinaryIO) -> dict:
+    """Read JSON lines {"response": ..., "answer": ...}; write one JSON verdict line per non-blank
+    input line, flushed.  Never raises on the input: a line that is not valid UTF-8, not a JSON
+    object with both keys, or too long gets {"reason": "bad_input", "error": ...}.  The output is
+    valid UTF-8 (a lone surrogate from a JSON escape is written as U+FFFD); a binary ``out`` gets
+    UTF-8 bytes whatever the locale.  Returns {"lines", "bad_input", "bad_lines" (first 20)}."""
+    prestart_worker()
+    binary = not isinstance(out, io.TextIOBase)
+    counts: dict = {"lines": 0, "bad_input": 0, "bad_lines": []}
+    for n, line in enumerate(_input_lines(lines), 1):
+        if line is not None and not line.strip():
+            continue
+        rec = _stream_record(n, line)
+        counts["lines"] += 1
+        if rec["reason"] == "bad_input":
+            counts["bad_input"] += 1
+            if len(counts["bad_lines"]) < 20:
+                counts["bad_lines"].append(n)
+        text = _SURROGATE_RE.sub("\ufffd", json.dumps(rec, ensure_ascii=False)) + "\n"
+        out.write(text.encode("utf-8") if binary else text)  # type: ignore[arg-type]
         out.flush()
+    return counts
 
 
 if __name__ == "__math_verifier_worker__":
     _worker_main()
 elif __name__ == "__main__":
-    verify_stream(sys.stdin, sys.stdout)
+    sys.exit(1 if verify_stream(sys.stdin.buffer, sys.stdout.buffer)["bad_input"] else 0)
