@@ -16,13 +16,16 @@ from pathlib import Path
 import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from posttrain.config import ProblemSamplingConfig, RLAlertsConfig
 from posttrain.rewards import completion_text
 from posttrain.rewards.math_verifier import verify_math
 
 SAMPLER_STATE = "problem_sampler.json"
+ROLLOUT_BUFFER = "rollout_buffer.pt"
 
 
 class ProblemStats:
@@ -115,6 +118,15 @@ class ProblemSampler(Sampler):
       policy already solves are still revisited with probability at least floor / N;
     - drop_uniform_groups also skips problems whose last group was all-correct or all-wrong with
       probability 1 - floor (their group would carry zero advantage).
+
+    The stream is counted in copies: one copy of a chunk (its prompts, each `num_generations`
+    times) is one dataloader batch, i.e. one `training_step`. The dataloader draws ahead of training
+    (accelerate prefetches the next batch, the Trainer fetches a whole accumulation step), so when a
+    checkpoint is saved the sampler has already drawn chunks no step has trained on. `state_dict`
+    given the copies consumed so far saves those chunks, and a restored sampler's next pass replays
+    them before drawing anew, after placeholder copies for the part of the pass already trained
+    (the Trainer's own data skip, `ignore_data_skip=False`, throws those away). So a resumed run
+    trains on the chunks of an uninterrupted one, in order, each drawn from the same statistics.
     """
 
     def __init__(self, difficulty: list[int], stats: ProblemStats, cfg: ProblemSamplingConfig, *,
@@ -129,17 +141,44 @@ class ProblemSampler(Sampler):
         self.batches_drawn = 0
         self.generator = torch.Generator().manual_seed(seed)
         self._order: list[int] = []
+        self._copies_started = 0  # copies handed to the dataloader since the start of training
+        self._drawn: list[tuple[int, list[int]]] = []  # this pass's chunks with the number of their first copy
+        self._resume: tuple[int, list[tuple[list[int], int]]] | None = None
 
     def __len__(self) -> int:
-        batches = len(self.difficulty) // self.prompts_per_batch
-        return batches * self.prompts_per_batch * self.num_generations * self.repeat_count
+        return self._copies_per_pass() * self.prompts_per_batch * self.num_generations
+
+    def _copies_per_pass(self) -> int:
+        return len(self.difficulty) // self.prompts_per_batch * self.repeat_count
 
     def __iter__(self):
-        for _ in range(len(self.difficulty) // self.prompts_per_batch):
-            chunk = self.next_batch()
-            for _ in range(self.repeat_count):
-                for index in chunk:
-                    yield from [index] * self.num_generations
+        per_pass, skipped, replay = self._copies_per_pass(), 0, []
+        if self._resume is not None:
+            consumed, replay = self._resume
+            self._resume = None
+            # Each pass is one Trainer epoch of `per_pass` batches, and the Trainer skips the ones of
+            # the resumed epoch it has trained on: stand-ins, so that skipping them draws nothing.
+            skipped = consumed % per_pass
+            self._copies_started = consumed
+            placeholder = [0] * (self.prompts_per_batch * self.num_generations)
+            for _ in range(skipped):
+                yield from placeholder
+        self._drawn = []
+        handed = skipped
+        for chunk, copies in replay:
+            yield from self._copies(chunk, copies)
+            handed += copies
+        while handed < per_pass:
+            yield from self._copies(self.next_batch(), self.repeat_count)
+            handed += self.repeat_count
+
+    def _copies(self, chunk: list[int], copies: int):
+        """The last `copies` of the chunk's `repeat_count` copies, recorded as drawn."""
+        self._drawn.append((self._copies_started - (self.repeat_count - copies), chunk))
+        for _ in range(copies):
+            self._copies_started += 1
+            for index in chunk:
+                yield from [index] * self.num_generations
 
     def eligible(self) -> list[int]:
         if not self.cfg.curriculum:
@@ -183,33 +222,114 @@ class ProblemSampler(Sampler):
         chunk, self._order = self._order[:self.prompts_per_batch], self._order[self.prompts_per_batch:]
         return chunk
 
-    def state_dict(self) -> dict:
-        return {"batches_drawn": self.batches_drawn, "generator": self.generator.get_state().tolist(),
-                "order": self._order, "stats": self.stats.state_dict()}
+    def state_dict(self, copies_consumed: int | None = None) -> dict:
+        """The draw state (after every draw so far); given the copies training has consumed, also
+        the chunks drawn ahead of it (`pending`: each with its copies still to train on), which a
+        restored sampler replays first."""
+        state = {"batches_drawn": self.batches_drawn, "generator": self.generator.get_state().tolist(),
+                 "order": self._order, "stats": self.stats.state_dict()}
+        if copies_consumed is not None:
+            state["copies_consumed"] = copies_consumed
+            state["pending"] = [[chunk, min(self.repeat_count, first + self.repeat_count - copies_consumed)]
+                                for first, chunk in self._drawn if first + self.repeat_count > copies_consumed]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.batches_drawn = state["batches_drawn"]
         self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
         self._order = list(state["order"])
         self.stats.load_state_dict(state["stats"])
+        if "copies_consumed" in state:
+            self._resume = (state["copies_consumed"], [(list(chunk), copies) for chunk, copies in state["pending"]])
 
 
-class SamplerCheckpoint(TrainerCallback):
-    """Saves the sampler next to each trainer checkpoint so a resumed stage continues the same
-    adaptive schedule instead of replaying (and re-scoring) batches from step 0."""
+class ResumeCheckpoint(TrainerCallback):
+    """Writes what TRL's checkpoint lacks for an exact resume (the trainer's `save_resume_state`)
+    into each trainer checkpoint."""
 
-    def __init__(self, sampler_state):
-        self.sampler_state = sampler_state
+    def __init__(self, save_resume_state):
+        self.save_resume_state = save_resume_state
 
     def on_save(self, args, state, control, **kwargs):
-        target = Path(args.output_dir) / f"checkpoint-{state.global_step}" / SAMPLER_STATE
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.sampler_state()))
-        tmp.replace(target)
+        # Each optimizer step trains on `gradient_accumulation_steps` dataloader batches, and the
+        # Trainer's data skip on resume counts them the same way.
+        self.save_resume_state(Path(args.output_dir) / f"checkpoint-{state.global_step}",
+                               state.global_step * args.gradient_accumulation_steps)
 
 
-class KLMonitoredGRPOTrainer(GRPOTrainer):
+class EpochOrderedRepeatSampler(RepeatSampler):
+    """TRL's RepeatSampler with the shuffle of epoch e fixed by e alone. The plain one draws each
+    epoch's order from where the previous epoch left its generator, so a run resumed in a later
+    epoch (the Trainer starts there and skips the trained batches of that epoch) would replay the
+    first epoch's order."""
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+
+
+class ResumableGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose resume from a checkpoint continues where the run stopped: the prompt order
+    of every epoch as in an uninterrupted run, the generation schedule counted from the checkpoint's
+    step, and, stopped between two generations (num_iterations > 1), the saved rollouts that the
+    next steps reuse. Together with the Trainer's own checkpoint (weights, optimizer, scheduler, RNG)
+    the resumed run trains as the uninterrupted one (tests/test_rl_resume.py)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_callback(ResumeCheckpoint(self.save_resume_state))
+
+    def _get_train_sampler(self, dataset=None) -> Sampler:
+        # TRL's sampler, in the same order, but resumable in any epoch (accelerate's dataloader
+        # calls set_epoch on it at every epoch, also after skipping the trained batches).
+        return EpochOrderedRepeatSampler(
+            data_source=self.train_dataset if dataset is None else dataset, mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation, shuffle=self.shuffle_dataset,
+            seed=self.args.seed)
+
+    def _generate_every(self) -> int:
+        return self.args.steps_per_generation * self.num_iterations
+
+    def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if batches_consumed % self._generate_every() and self._buffered_inputs is not None:
+            target = checkpoint_dir / ROLLOUT_BUFFER
+            tmp = target.with_suffix(".tmp")
+            torch.save({"inputs": self._buffered_inputs, "rollout_step": self._rollout_step}, tmp)
+            tmp.replace(target)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+        if resume_from_checkpoint:
+            self._continue_generation_schedule(Path(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _continue_generation_schedule(self, checkpoint_dir: Path) -> None:
+        state = checkpoint_dir / "trainer_state.json"
+        if not state.is_file():
+            return  # the Trainer says what is wrong with the checkpoint
+        # TRL counts training steps from 0 in every process and generates when the count is a
+        # multiple of steps_per_generation * num_iterations: it must count on from the checkpoint.
+        self._step = json.loads(state.read_text())["global_step"] * self.args.gradient_accumulation_steps
+        if self._step % self._generate_every() == 0:
+            return
+        rollouts = checkpoint_dir / ROLLOUT_BUFFER
+        if not rollouts.is_file():
+            warnings.warn(f"{rollouts} is missing: the steps up to the next generation train on new rollouts "
+                          f"of the same prompts instead of the saved ones")
+            return
+        saved = torch.load(rollouts, map_location=self.accelerator.device, weights_only=True)
+        self._buffered_inputs, self._rollout_step = saved["inputs"], saved["rollout_step"]
+
+    # The optimizer step whose policy generated the rollouts in use (StageGRPOTrainer sets it).
+    _rollout_step = 0
+
+
+class KLMonitoredGRPOTrainer(ResumableGRPOTrainer):
     """GRPOTrainer that logs `kl` also when beta = 0 (no KL term, so TRL computes none): the drift
     of each batch's rollout policy from the policy the stage started from."""
 
@@ -219,6 +339,13 @@ class KLMonitoredGRPOTrainer(GRPOTrainer):
         self.drift_anchor = None
         if monitor_kl and self.beta == 0.0:
             self.drift_anchor = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
+
+    def _tokenize_prompts(self, prompts: list):
+        """Prompts arrive rendered with the chat template (posttrain.trainers.grpo_dataset), which
+        already holds any BOS: tokenizing them must not add special tokens a second time."""
+        if prompts and isinstance(prompts[0], str):
+            return self.processing_class(text=prompts, add_special_tokens=False)["input_ids"], None, {}
+        return super()._tokenize_prompts(prompts)
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
@@ -265,7 +392,6 @@ class StageGRPOTrainer(KLMonitoredGRPOTrainer):
             difficulty, self.problem_stats, sampling, prompts_per_batch=generation_batch,
             num_generations=self.num_generations, repeat_count=self.num_iterations * self.args.steps_per_generation,
             total_batches=total_batches, seed=self.args.seed)
-        self.add_callback(SamplerCheckpoint(self.problem_sampler.state_dict))
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -275,7 +401,15 @@ class StageGRPOTrainer(KLMonitoredGRPOTrainer):
     def _get_train_sampler(self, dataset=None) -> Sampler:
         return self.problem_sampler
 
+    def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
+        super().save_resume_state(checkpoint_dir, batches_consumed)
+        target = checkpoint_dir / SAMPLER_STATE
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.problem_sampler.state_dict(batches_consumed)))
+        tmp.replace(target)
+
     def restore_sampler(self, checkpoint_dir: str | None) -> bool:
+        """Call before `train(resume_from_checkpoint=checkpoint_dir)`."""
         if checkpoint_dir is None:
             return False
         path = Path(checkpoint_dir) / SAMPLER_STATE
@@ -287,8 +421,6 @@ class StageGRPOTrainer(KLMonitoredGRPOTrainer):
             return False
         self.problem_sampler.load_state_dict(json.loads(path.read_text()))
         return True
-
-    _rollout_step = 0
 
     def _generate_and_score_completions(self, inputs):
         # pi_old for this batch is the policy as of this optimizer step; with num_iterations > 1 the
@@ -373,31 +505,28 @@ class RLAlerts(TrainerCallback):
 
 
 class HeldOutProbe(TrainerCallback):
-    """Greedy pass@1 on a fixed slice of the held-out math suite every `every` steps, written into
+    """Greedy pass@1 on a fixed slice of a held-out math suite every `every` steps, written into
     the trainer's log history (and so into its checkpoints and the report's RL plot). Monitoring
     only: nothing is selected on it, so the gate's evaluation stays unbiased."""
 
-    def __init__(self, tokenizer, problems: list[dict], *, every: int, max_new_tokens: int):
-        from posttrain.chat import user_turn
-        from posttrain.generation import render_chat_prompts
-
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, chat, problems: list[dict], *, every: int, max_new_tokens: int):
+        self.tokenizer, self.chat = tokenizer, chat
         self.answers = [p["answer"] for p in problems]
-        self.prompts = render_chat_prompts(tokenizer, [[user_turn(p["question"], True)] for p in problems])
+        self.requests = [(p["prompt"], p.get("thinking", True)) for p in problems]
         self.every = every
         self.max_new_tokens = max_new_tokens
 
     def score(self, model) -> float:
-        from posttrain.generation import generate
+        from posttrain.generation import generate_replies
 
-        outputs = generate(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens,
-                           desc="held-out probe")
+        outputs = generate_replies(model, self.tokenizer, self.chat, self.requests, max_new_tokens=self.max_new_tokens,
+                                   desc="held-out probe")
         return sum(verify_math(o[0].text, a).reward for o, a in zip(outputs, self.answers)) / len(self.answers)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if state.global_step == 0 and self.prompts:
+        if state.global_step == 0 and self.requests:
             state.log_history.append({"step": 0, "heldout/math_accuracy": self.score(model)})
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.prompts and (state.global_step % self.every == 0 or state.global_step == state.max_steps):
+        if self.requests and (state.global_step % self.every == 0 or state.global_step == state.max_steps):
             state.log_history.append({"step": state.global_step, "heldout/math_accuracy": self.score(model)})

@@ -54,6 +54,8 @@ def sft_dataset(tokenizer, chat, rows: list[dict]):
 
 def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float], *,
               stateful_sampler: bool = False):
+    """GRPO settings for a posttrain.rl trainer. Both its samplers resume through the Trainer's data
+    skip, so `stateful_sampler` (our adaptive ProblemSampler or TRL's order) changes nothing."""
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -66,8 +68,9 @@ def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weight
         mask_truncated_completions=cfg.mask_truncated_completions, reward_weights=reward_weights,
         warmup_steps=cfg.warmup_ratio, lr_scheduler_type="constant_with_warmup" if cfg.warmup_ratio else "constant",
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, top_k=0,
-        # A stateful sampler (posttrain.rl) restores itself on resume; replaying batches to skip them
-        # would re-draw problems the adaptive sampler has already moved past.
+        # On resume the Trainer skips the batches of the current epoch already trained on, and then
+        # reloads the RNG state of the checkpoint. TRL's order replays them to skip them; our problem
+        # sampler yields stand-ins that draw nothing, then the batches it had drawn ahead of training.
         ignore_data_skip=False,
     )
 
