@@ -6,6 +6,14 @@ decimals, hedged, think-only, truncated boxes, bad gold) and adversarial CAS inp
 huge factorials, deep nesting, very long strings).  Every case is timed individually in one fresh
 process (so the sympy worker's cold start is included), then the whole mix is streamed through
 `verify_stream` in a fresh interpreter to measure the CLI path end to end (startup included).
+Accuracy: the share of the mix scored as each case deserves (worker warm), and of the golden table
+of tests/test_math_verifier.py.
+
+Math adversarial part (math_adversarial): the false positives of issue 14 in each wrapping the unit
+tests use (none may pay 1), and the speed targets the unit tests do not assert: each golden and
+adversarial call, long responses, 48 boxes of long polynomials, 2,000 boxes, a 1 MB response, a
+sympy overrun, the integer fast path, a 300-line stream.  No call may take 1 s or more.  A case
+that runs past 60 s here (an older verifier without a whole-call deadline) is cut off, "capped".
 
 Code sandbox part: runs/s for a trivial passing program (one child per run), and the latency of
 each adversarial case (infinite loop, sleep, fork bomb, memory bomb, output flood, big file,
@@ -15,17 +23,23 @@ Reward share: the wall time the reasoning-RL reward functions (correctness, form
 consistency, Kimi length) take on one batch of 64 completions (8 prompts x 8 generations) built
 from the world's math tasks, to set against the RL step time.
 
-    .venv/bin/python bench/verifiers.py [--n 600] [--seed 0] [--only math,code_sandbox,reward_share]
+    .venv/bin/python bench/verifiers.py [--n 600] [--seed 0] [--only math,math_adversarial,...]
+        [--results PATH] [--suffix _before]
 
 Prints a table and writes bench/results/verifiers.json (the keys it measured; other keys are kept).
+A before/after comparison runs this script from a checkout of the older code with
+``--suffix _before --results <this file>``: its numbers land next to the current ones.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import io
 import json
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +57,7 @@ from posttrain.rewards.code_sandbox import (  # noqa: E402
 )
 
 RESULTS = ROOT / "bench" / "results" / "verifiers.json"
+SECTIONS = ("math", "math_adversarial", "code_sandbox", "reward_share")
 
 
 def _think(rng: random.Random, chars: int) -> str:
@@ -57,8 +72,18 @@ def _think(rng: random.Random, chars: int) -> str:
     return "<think>" + " ".join(out) + "</think>"
 
 
-def math_cases(n: int, seed: int) -> list[tuple[str, str, str]]:
-    """(category, response, gold)."""
+# the reward each category of the mix deserves (i: the case's index within its category)
+_WRONG_BY_DESIGN = {"int_wrong", "rounded", "hedged", "think_only", "truncated", "bad_gold", "adversarial"}
+
+
+def _expected_reward(cat: str, i: int) -> float:
+    if cat in _WRONG_BY_DESIGN or (cat == "interval" and i % 2) or (cat == "tuple" and i % 3 == 0):
+        return 0.0
+    return 1.0
+
+
+def math_cases(n: int, seed: int) -> list[tuple[str, str, str, float]]:
+    """(category, response, gold, expected reward)."""
     rng = random.Random(seed)
 
     def box(x: str, think: int = 200) -> str:
@@ -96,7 +121,8 @@ def math_cases(n: int, seed: int) -> list[tuple[str, str, str]]:
     cases = []
     for k in range(n):
         cat = names[k % len(names)]
-        cases.append((cat, *gens[cat](k // len(names) + 1)))
+        i = k // len(names) + 1
+        cases.append((cat, *gens[cat](i), _expected_reward(cat, i)))
     rng.shuffle(cases)
     return cases
 
@@ -112,17 +138,26 @@ def bench_math(n: int = 600, seed: int = 0) -> dict:
     by_cat: dict[str, list[float]] = defaultdict(list)
     reasons: dict[str, int] = defaultdict(int)
     worst = (0.0, "", "")
+    right_cold = 0
     t_all = time.perf_counter()
-    for cat, resp, gold in cases:
+    for cat, resp, gold, expected in cases:
         t0 = time.perf_counter()
         v = verify_math(resp, gold)
         dt = time.perf_counter() - t0
         lat.append(dt)
         by_cat[cat].append(dt)
         reasons[v.reason] += 1
+        right_cold += v.reward == expected
         if dt > worst[0]:
             worst = (dt, cat, v.reason)
     total = time.perf_counter() - t_all
+    # accuracy with the sympy worker warm (the cold pass above can time out while it starts)
+    _wait_worker_ready()
+    wrong = defaultdict(int)
+    for cat, resp, gold, expected in cases:
+        if verify_math(resp, gold).reward != expected:
+            wrong[cat] += 1
+    golden = golden_accuracy()
 
     # fast path: boxed integer vs integer gold
     fast_resp = "<think>7+8=15</think>The answer is \\boxed{85}."
@@ -134,7 +169,7 @@ def bench_math(n: int = 600, seed: int = 0) -> dict:
 
     # CLI path end to end in a fresh interpreter (startup + lazy worker included)
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
-        for _, resp, gold in cases:
+        for _, resp, gold, _ in cases:
             f.write(json.dumps({"response": resp, "answer": gold}, ensure_ascii=False) + "\n")
         path = f.name
     code = (
@@ -161,6 +196,10 @@ def bench_math(n: int = 600, seed: int = 0) -> dict:
         },
         "worst_case": {"ms": round(worst[0] * 1e3, 3), "category": worst[1], "reason": worst[2]},
         "cases_over_1s": sum(x >= 1.0 for x in lat),
+        "accuracy": round(1 - sum(wrong.values()) / len(cases), 4),
+        "accuracy_cold_worker": round(right_cold / len(cases), 4),
+        "wrong_by_category": dict(sorted(wrong.items())),
+        "golden_table": golden,
         "fast_path_int_us_per_call": round(fast_us, 2),
         "stream_cli_wall_s": round(stream_s, 3),
         "stream_cli_lines": stream_lines,
@@ -169,6 +208,123 @@ def bench_math(n: int = 600, seed: int = 0) -> dict:
             c: {"n": len(xs), "mean": round(statistics.mean(xs) * 1e3, 3), "max": round(max(xs) * 1e3, 3)}
             for c, xs in sorted(by_cat.items())
         },
+    }
+
+
+def _wait_worker_ready(timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and verify_math("\\boxed{\\cos(0)}", "1").reason != "match":
+        time.sleep(0.05)
+
+
+def _test_module():
+    """tests/test_math_verifier.py: its golden table and adversarial cases are the benchmark's too."""
+    spec = importlib.util.spec_from_file_location("test_math_verifier", ROOT / "tests" / "test_math_verifier.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def golden_accuracy() -> dict:
+    """Share of the golden regression table (tests/test_math_verifier.py) scored as expected."""
+    rows = _test_module().GOLDEN
+    reward_wrong, reason_wrong = [], []
+    for name, resp, gold, reward, reason in rows:
+        v = verify_math(resp, gold)
+        if v.reward != reward:
+            reward_wrong.append(name)
+        elif v.reason != reason:
+            reason_wrong.append(name)
+    return {"rows": len(rows), "reward_accuracy": round(1 - len(reward_wrong) / len(rows), 4),
+            "reward_wrong": reward_wrong, "reason_wrong": reason_wrong}
+
+
+class _BenchCap(BaseException):
+    """Raised by the alarm; a BaseException so that the verifier's own `except Exception` lets it by."""
+
+
+_CAP_S = 60.0  # how long one timing case may run here (an older verifier has no deadline of its own)
+
+
+def _timed(fn) -> tuple[float, object]:
+    """(seconds, result) of fn(); result None when it ran past _CAP_S and was interrupted."""
+    def alarm(*_):
+        raise _BenchCap()
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, _CAP_S)
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    except _BenchCap:
+        out = None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return time.perf_counter() - t0, out
+
+
+def bench_math_adversarial() -> dict:
+    """The false positives of issue 14 (each wrapping the tests use) and the speed targets the unit
+    tests no longer assert: every call under 1 s, inputs built to outrun the deadline included."""
+    from posttrain.rewards import math_verifier as mv
+
+    tm = _test_module()
+    _wait_worker_ready()
+    fp_cases = {}
+    for name, answer, gold, _ in tm.FALSE_POSITIVES:
+        for wrap, fn in tm.WRAPS.items():
+            dt, v = _timed(lambda: verify_math(fn(answer), gold))
+            fp_cases[f"{name}/{wrap}"] = {"ms": round(dt * 1e3, 3), "reward": v.reward, "reason": v.reason}
+
+    timing: dict[str, dict] = {}
+
+    def target(name: str, seconds: float, fn, calls: int = 1) -> None:
+        dt, v = _timed(fn)
+        timing[name] = {"ms": round(dt * 1e3, 3), "target_ms": seconds * 1e3, "ok": dt < seconds,
+                        "calls": calls, "reason": getattr(v, "reason", None) if v is not None else "capped"}
+
+    for name, resp, gold, _, _ in tm.GOLDEN:
+        target(f"golden/{name}", 1.0, lambda: verify_math(resp, gold))
+    for k, answer in enumerate(tm.ADVERSARIAL):
+        for gold in ("1", "x+1", "\\sin(x)"):
+            target(f"adversarial/{k}/{gold}", 1.0, lambda: verify_math(tm.B(answer), gold))
+    think = "<think>" + ("Let me compute step by step. 7+8=15, carry the 1. " * 400) + "</think>"
+    target("response_20k_chars_x3", 0.5, lambda: [verify_math(think + "So \\boxed{85}.", "85"),
+                                                   verify_math(think + "So \\boxed{84}.", "85"),
+                                                   verify_math(think[:-len("</think>")], "85")][-1], calls=3)
+    huge = "x" * 2_000_000 + "\\boxed{3}"
+    target("response_2MB_one_box", 1.0, lambda: verify_math(huge, "3"))
+    poly = "+".join(f"{k + 1}a^{{{k}}}b" for k in range(40))
+    boxes_48 = " ".join(f"\\boxed{{{poly}+(a+b+c+d+e+f)^6+{i}-{i}}}" for i in range(48))
+    target("48_boxes_long_polynomials", 1.0, lambda: verify_math(boxes_48, poly))
+    boxes_2000, boxes_1mb = tm._equal_polynomial_boxes(2000), tm._equal_polynomial_boxes(30_000)
+    target("2000_boxes", 1.0, lambda: verify_math(boxes_2000, "(a+b+c+d+e+f)^6"))
+    target("1MB_response_30000_boxes", 1.0, lambda: verify_math(boxes_1mb, "(a+b+c+d+e+f)^6"))
+    saved = mv._WORKER_CALL_S
+    mv._WORKER_CALL_S = 0.001  # sympy overruns its budget: killed and respawned within the call
+    try:
+        target("worker_timeout_kill_respawn", 1.0, lambda: verify_math(tm.B("\\sin^2 x + \\cos^2 x"), "1"))
+    finally:
+        mv._WORKER_CALL_S = saved
+    _wait_worker_ready()
+    fast = "<think>7+8=15</think>The answer is \\boxed{85}."
+    dt, _ = _timed(lambda: [verify_math(fast, "85") for _ in range(3000)])
+    timing["fast_path_int_per_call"] = {"ms": round(dt / 3000 * 1e3, 5), "target_ms": 0.2, "ok": dt / 3000 < 200e-6,
+                                        "calls": 3000, "reason": "match"}
+    lines = [json.dumps(c) for c in tm.stream_cases(300)]
+    target("stream_300_cases", 10.0, lambda: mv.verify_stream(lines, io.StringIO()), calls=300)
+
+    per_call = {k: t["ms"] / t["calls"] for k, t in timing.items()}
+    return {
+        "version": MATH_VERIFIER_VERSION,
+        "false_positive_cases": fp_cases,
+        "false_positives": sorted(k for k, c in fp_cases.items() if c["reward"] != 0.0),
+        "timing_cases": timing,
+        "targets_missed": sorted(k for k, t in timing.items() if not t["ok"]),
+        "calls_over_1s": sorted(k for k, ms in per_call.items() if ms >= 1000.0)
+        + sorted(k for k, c in fp_cases.items() if c["ms"] >= 1000.0),
+        "worst_call": max(per_call.items(), key=lambda kv: kv[1]),
     }
 
 
@@ -305,6 +461,21 @@ def _print_math(res: dict) -> None:
     print(f"fast path        {res['fast_path_int_us_per_call']} us/call (boxed int vs int gold)")
     print(f"stream (CLI)     {res['stream_cli_wall_s']} s wall for {res['stream_cli_lines']} lines, fresh process")
     print(f"reasons          {res['reasons']}")
+    print(f"accuracy         {res['accuracy']} (worker warm; {res['accuracy_cold_worker']} in the timed pass), "
+          f"wrong {res['wrong_by_category']}")
+    print(f"golden table     {res['golden_table']}")
+
+
+def _print_math_adversarial(res: dict) -> None:
+    fp = res["false_positive_cases"]
+    print(f"math verifier {res['version']}: {len(fp)} false-positive probes, {len(res['false_positives'])} "
+          f"paid 1 {res['false_positives']}")
+    t = res["timing_cases"]
+    for name in sorted(t, key=lambda k: -t[k]["ms"] / t[k]["calls"])[:12]:
+        c = t[name]
+        print(f"  {name:34s} {c['ms']:10.3f} ms  target {c['target_ms']:g} ms  {c['reason']}")
+    print(f"targets missed   {res['targets_missed']}")
+    print(f"calls over 1 s   {res['calls_over_1s']}  worst {res['worst_call']}")
 
 
 def _print_sandbox(res: dict) -> None:
@@ -325,18 +496,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="math,code_sandbox,reward_share",
+    ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections to measure (others keep their stored results)")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="JSON file the results are merged into")
+    ap.add_argument("--suffix", default="",
+                    help="record under '<section><suffix>' (e.g. _before: a run from an older checkout, "
+                         "kept next to the current numbers)")
     args = ap.parse_args()
     sections = {s.strip() for s in args.only.split(",") if s.strip()}
-    unknown = sections - {"math", "code_sandbox", "reward_share"}
+    unknown = sections - set(SECTIONS)
     if unknown:
-        raise SystemExit(f"unknown sections {sorted(unknown)}; known: math, code_sandbox, reward_share")
+        raise SystemExit(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
 
     measured = {}
     if "math" in sections:
         measured["math"] = bench_math(args.n, args.seed)
         _print_math(measured["math"])
+    if "math_adversarial" in sections:
+        measured["math_adversarial"] = bench_math_adversarial()
+        _print_math_adversarial(measured["math_adversarial"])
     if "code_sandbox" in sections:
         measured["code_sandbox"] = bench_code_sandbox()
         _print_sandbox(measured["code_sandbox"])
@@ -344,11 +522,12 @@ def main() -> None:
         measured["reward_share"] = bench_reward_share(args.seed)
         _print_share(measured["reward_share"])
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    results = args.results.resolve()
+    results.parent.mkdir(parents=True, exist_ok=True)
     data = {}
-    if RESULTS.exists():
+    if results.exists():
         try:
-            data = json.loads(RESULTS.read_text())
+            data = json.loads(results.read_text())
         except ValueError:
             data = {}
     stamp = {
@@ -356,9 +535,9 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
     }
     for key, res in measured.items():
-        data[key] = {**res, **stamp}
-    RESULTS.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+        data[key + args.suffix] = {**res, **stamp}
+    results.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":
