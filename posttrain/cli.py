@@ -81,20 +81,39 @@ def _cmd_data(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    if args.kind != "math":
-        print(f"unknown verifier kind {args.kind!r} (known: math)", file=sys.stderr)
-        return 2
-    from posttrain.rewards.math_verifier import verify_stream
+    """Judge JSONL on stdin with one reward kind (posttrain/rewards/verify_cli.py says what each
+    kind reads); exit 1 when any line was bad input or a verifier failed, 2 when code cannot run."""
+    from posttrain.rewards import verify_cli
 
+    if args.kind == "math":
+        from posttrain.rewards.math_verifier import verify_stream as stream
+    else:
+        check = verify_cli.CHECKS[args.kind]
+        stream = lambda inp, out: verify_cli.verify_lines(inp, out, check)  # noqa: E731
+    if args.kind == "code":
+        from posttrain.rewards.code_sandbox import SandboxUnavailable, require_isolation, sandbox_info
+
+        try:
+            require_isolation(allow_unisolated=args.unsafe_allow_unisolated)
+        except SandboxUnavailable as exc:
+            print(f"error: {exc} (or pass --unsafe-allow-unisolated to this command)", file=sys.stderr)
+            return 2
+        info = sandbox_info()
+        print(f"sandbox mode: {info['mode']}" + (f", seccomp {'on' if info['seccomp'] else 'off'}"
+                                                  if info["mode"] != "none" else ", UNISOLATED (opted in)"),
+              file=sys.stderr, flush=True)
     # bytes in and out: any byte sequence gets a verdict line (bad_input at worst), written as UTF-8
     # whatever the locale
-    counts = verify_stream(sys.stdin.buffer, sys.stdout.buffer)
-    if counts["bad_input"]:
-        more = ", ..." if counts["bad_input"] > len(counts["bad_lines"]) else ""
-        print(f"{counts['bad_input']} of {counts['lines']} lines were bad input "
-              f"(line {', '.join(map(str, counts['bad_lines']))}{more})", file=sys.stderr)
-        return 1
-    return 0
+    counts = stream(sys.stdin.buffer, sys.stdout.buffer)
+    problems = []
+    for total, where, what in (("bad_input", "bad_lines", "bad input"), ("errors", "error_lines", "verifier errors")):
+        if counts.get(total):
+            more = ", ..." if counts[total] > len(counts[where]) else ""
+            problems.append(f"{counts[total]} of {counts['lines']} lines were {what} "
+                            f"(line {', '.join(map(str, counts[where]))}{more})")
+    for line in problems:
+        print(line, file=sys.stderr)
+    return 1 if problems else 0
 
 
 # ------------------------------------------------------------------------------ operations
@@ -481,6 +500,7 @@ def _cmd_resume(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from posttrain.config import STAGES
+    from posttrain.rewards import verify_cli
 
     parser = argparse.ArgumentParser(prog="posttrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -506,9 +526,20 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--config", default=str(PROJECT_ROOT / "configs" / "default.yaml"))
     data.set_defaults(func=_cmd_data)
 
-    verify = sub.add_parser("verify", help="verify answers: JSON lines on stdin, one verdict per line out "
-                                           "(exit 1 when any line was bad input)")
-    verify.add_argument("--kind", default="math")
+    verify = sub.add_parser(
+        "verify", help="audit a reward on your data: JSON lines on stdin, one verdict per line out",
+        description="Judge JSON lines on stdin with one reward; one JSON verdict per line on stdout "
+                    "(reward, reason, and what the kind can explain). Each line holds \"response\" "
+                    "(the whole reply) and what the kind needs: math: \"answer\"; instruction: "
+                    "\"constraints\" (or IFEval's \"instruction_id_list\" + \"kwargs\"), optional "
+                    "\"answer\"; code: \"tests\"; format: \"thinking\" (true/false); language: "
+                    "\"language\" (en/zh). A line that is not UTF-8 JSON or lacks a field gets reason "
+                    "bad_input naming it. Exit status: 0 all lines judged, 1 some were bad input (counts "
+                    "on stderr), 2 code without OS isolation.")
+    verify.add_argument("--kind", default="math", choices=verify_cli.KINDS, help="which reward (default: math)")
+    verify.add_argument("--unsafe-allow-unisolated", action="store_true",
+                        help="code: run the responses' programs even where no OS isolation (bubblewrap, "
+                             "namespaces) is available; they can then read, write and reach what you can")
     verify.set_defaults(func=_cmd_verify)
 
     default_config = str(PROJECT_ROOT / "configs" / "default.yaml")

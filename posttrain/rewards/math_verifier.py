@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import atexit
 import cmath
-import io
 import json
 import math
 import os
@@ -92,7 +91,7 @@ import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import BinaryIO, Iterable, Iterator, TextIO
+from typing import BinaryIO, Iterable, TextIO
 
 MATH_VERIFIER_VERSION = "math-verifier/2"
 
@@ -2172,57 +2171,6 @@ def _verify(response, gold, deadline: _Deadline, found: list) -> Verdict:
 
 
 _MAX_LINE_BYTES = 16 << 20  # one input line; a longer one is reported bad_input, not read whole
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-
-
-def _input_lines(lines) -> Iterator[str | bytes | None]:
-    """The lines of a stream, read in bounded pieces (None marks a line over _MAX_LINE_BYTES), or
-    the items of any other iterable of str / bytes."""
-    readline = getattr(lines, "readline", None)
-    if readline is None:
-        yield from lines
-        return
-    while True:
-        line = readline(_MAX_LINE_BYTES + 1)
-        if not line:
-            return
-        if len(line) > _MAX_LINE_BYTES:
-            nl = b"\n" if isinstance(line, bytes) else "\n"
-            while line and not line.endswith(nl):  # skip the rest of that line
-                line = readline(1 << 20)
-            yield None
-        else:
-            yield line
-
-
-def _stream_record(n: int, line: str | bytes | None) -> dict:
-    try:
-        if line is None:
-            raise ValueError(f"line longer than {_MAX_LINE_BYTES} bytes")
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"invalid UTF-8 at byte {e.start}") from None
-        try:
-            obj = json.loads(line.lstrip("\ufeff") if n == 1 else line)
-        except (ValueError, RecursionError) as e:
-            raise ValueError(f"invalid JSON: {str(e)[:200]}") from None
-        if not isinstance(obj, dict):
-            raise ValueError("expected a JSON object")
-        if "response" not in obj:
-            raise ValueError("missing key 'response'")
-        if "answer" not in obj:
-            raise ValueError("missing key 'answer'")
-        resp, gold = obj["response"], obj["answer"]
-        if not isinstance(resp, str):
-            raise ValueError("'response' must be a string")
-        if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
-            raise ValueError("'answer' must be a string")
-    except ValueError as e:
-        return {"reward": 0.0, "reason": "bad_input", "error": f"line {n}: {e}"}
-    v = verify_math(resp, gold if isinstance(gold, str) else str(gold))
-    return {"reward": v.reward, "reason": v.reason, "answer": v.answer}
 
 
 def verify_stream(lines: Iterable[str | bytes] | BinaryIO | TextIO, out: TextIO | BinaryIO) -> dict:
@@ -2231,22 +2179,10 @@ def verify_stream(lines: Iterable[str | bytes] | BinaryIO | TextIO, out: TextIO 
     object with both keys, or too long gets {"reason": "bad_input", "error": ...}.  The output is
     valid UTF-8 (a lone surrogate from a JSON escape is written as U+FFFD); a binary ``out`` gets
     UTF-8 bytes whatever the locale.  Returns {"lines", "bad_input", "bad_lines" (first 20)}."""
+    from posttrain.rewards.verify_cli import check_math, verify_lines  # the loop every verify kind shares
+
     prestart_worker()
-    binary = not isinstance(out, io.TextIOBase)
-    counts: dict = {"lines": 0, "bad_input": 0, "bad_lines": []}
-    for n, line in enumerate(_input_lines(lines), 1):
-        if line is not None and not line.strip():
-            continue
-        rec = _stream_record(n, line)
-        counts["lines"] += 1
-        if rec["reason"] == "bad_input":
-            counts["bad_input"] += 1
-            if len(counts["bad_lines"]) < 20:
-                counts["bad_lines"].append(n)
-        text = _SURROGATE_RE.sub("\ufffd", json.dumps(rec, ensure_ascii=False)) + "\n"
-        out.write(text.encode("utf-8") if binary else text)  # type: ignore[arg-type]
-        out.flush()
-    return counts
+    return verify_lines(lines, out, check_math, max_line_bytes=_MAX_LINE_BYTES)
 
 
 if __name__ == "__math_verifier_worker__":
