@@ -168,14 +168,11 @@ SAMPLED_PASS1 = {"samples": 4, "temperature": 0.6, "top_p": 0.95}
 
 
 def world_problems(cfg, rows: list[dict]) -> list[dict]:
-    """The world problem (language, op, a, b, question) behind each held-out math row: the prompt
-    rows carry no operands, so the suite is drawn again as the world's build draws it (build_data:
-    seed + 1, split "eval") and matched by id and question."""
-    from posttrain.world import tasks
+    """The world problem (language, op, a, b, question) behind each held-out math row (the prompt
+    rows carry no operands), matched by id and question."""
+    from posttrain.world.build import held_out_math
 
-    w = cfg.world
-    drawn = {p.id: p.to_row() for p in tasks.math_problems(2 * w.eval_math_per_language, w.seed + 1, "eval",
-                                                             levels=w.levels)}
+    drawn = {p.id: p.to_row() for p in held_out_math(cfg)}
     problems = []
     for row in rows:
         problem = drawn.get(row.get("id"))

@@ -8,6 +8,7 @@ evaluation and gates only.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -32,7 +33,7 @@ from prefect.runtime import flow_run  # noqa: E402
 from posttrain.attempts import finish_attempt, start_attempt  # noqa: E402
 from posttrain.checkpoint import is_intact  # noqa: E402
 from posttrain.config import STAGES, PipelineConfig, StageName, config_hash, load_config  # noqa: E402
-from posttrain.gates import judge  # noqa: E402
+from posttrain.gates import carried_checks, judge  # noqa: E402
 from posttrain.liveness import running_process  # noqa: E402
 from posttrain.registry import Registry  # noqa: E402
 from posttrain.report import write_report  # noqa: E402
@@ -55,12 +56,45 @@ def _digest(*parts) -> str:
 
 
 def stage_cache_key(context, parameters) -> str:
+    """What determines a stage's result. The reward verifiers' versions and the training libraries'
+    are in it, so fixing a reward reruns the stages trained with it; uncommitted changes to the code
+    key the cache on the diff, so a dirty tree neither reuses nor is reused by a clean one."""
+    from posttrain.rewards import VERIFIER_VERSIONS
+
     name, cfg, inputs = parameters["name"], parameters["config"], parameters["inputs"]
     module = importlib.import_module(f"stages.{name}")
     return "stage-" + _digest(name, module.STAGE_VERSION, cfg.stage(name).model_dump(mode="json"),
                               inputs.parent.digest, inputs.student.digest if inputs.student else None,
                               sorted(d.md5 for d in inputs.datasets), {k: d.md5 for k, d in inputs.data.items()},
-                              inputs.model.model_dump(mode="json"), inputs.seed)
+                              inputs.model.model_dump(mode="json"), inputs.seed, VERIFIER_VERSIONS,
+                              _library_versions(), code_state()["dirty"])
+
+
+@functools.cache
+def _library_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("trl", "transformers", "torch")}
+
+
+@functools.cache
+def code_state() -> dict[str, str | None]:
+    """The commit this code runs at and, when stages/, posttrain/ or flows/ differ from it (edits
+    or new files), a hash of those differences (else None)."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                                  timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    code = ("stages", "posttrain", "flows")
+    revision = git("rev-parse", "HEAD").strip() or "unknown"
+    diff = git("diff", "HEAD", "--", *code)
+    untracked = git("ls-files", "--others", "--exclude-standard", "--", *code).split()
+    for path in untracked:
+        diff += path + (PROJECT_ROOT / path).read_text(errors="replace") if (PROJECT_ROOT / path).is_file() else ""
+    return {"revision": revision, "dirty": hashlib.sha256(diff.encode()).hexdigest()[:16] if diff else None}
 
 
 def eval_cache_key(context, parameters) -> str:
@@ -115,12 +149,18 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
     return CheckpointRef(path=location, digest=f"hub:{location}")
 
 
-def _code_revision() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+def _code_isolation(cfg: PipelineConfig, data) -> str:
+    """The code sandbox's mode when any row is a code task or a stage weighs the code reward;
+    without OS isolation (and no opt-in) the run stops here, before any work."""
+    code_rows = any(r.get("kind") == "code" for d in data.loaded.values() for r in d.rows)
+    code_reward = any(getattr(getattr(cfg.stage(n), "rewards", None), "code", 0) for n in STAGES)
+    if not (code_rows or code_reward):
+        return "not used"
+    from posttrain.rewards.code_sandbox import require_isolation, sandbox_info
+
+    mode = require_isolation(cfg.sandbox.unsafe_allow_unisolated)
+    get_run_logger().info(f"code sandbox: {sandbox_info()}")
+    return mode if mode != "none" else "none (unsafe_allow_unisolated)"
 
 
 def _call(task_fn, refresh: bool, storage: Path, **kwargs):
@@ -191,18 +231,25 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
     data = prepare(cfg, cfg.path(cfg.paths.runs) / "prepared", tuple(s for s in STAGES if s in selected))
     for note in (n for d in data.loaded.values() for n in d.notes):
         logger.info(note)
+    sandbox = _code_isolation(cfg, data)
 
     registry = Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
-    lineage = {"flow_run": run_id, "config_hash": config_hash(cfg), "code_revision": _code_revision(),
+    code = code_state()
+    if code["dirty"]:
+        logger.warning(f"stages/, posttrain/ or flows/ have uncommitted changes (diff {code['dirty']}): recorded "
+                       "in the lineage; the stage cache only matches runs of this exact diff")
+    lineage = {"flow_run": run_id, "config_hash": config_hash(cfg), "code_revision": code["revision"],
+               "code_dirty": code["dirty"] or "no", "sandbox": sandbox,
                "seed": str(cfg.seed)}
-    report = {"run_id": run_id, "config": config_path, "wall_s": 0.0, "stages": []}
+    report = {"run_id": run_id, "config": config_path, "wall_s": 0.0, "sandbox": sandbox, "stages": []}
 
     base = base_checkpoint(cfg, "teacher")
     base_eval, base_cached = _call(evaluate_checkpoint, force, storage, checkpoint=base, config=cfg, suites=data.suites,
                                    label="base")
     evals: dict[str, EvalResult] = {"base": base_eval}
     report["stages"].append({"name": "base", "status": "passed", "cached": base_cached, "wall_s": 0.0,
-                             "checkpoint": base.model_dump(), "gate": None, "eval": base_eval.metrics})
+                             "checkpoint": base.model_dump(), "gate": None, "eval": base_eval.metrics,
+                             "eval_items": base_eval.items})
 
     current, current_name, datasets, failed_gates = base, "base", [], []
     versions = {"base": None}
@@ -232,8 +279,11 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
             evaluation, _ = _call(evaluate_checkpoint, force, storage, checkpoint=result.checkpoint, config=cfg,
                                   suites=data.suites, label=name)
         evals[name] = evaluation
-        verdict = judge(name, cfg.stage(name).gate, evaluation, parent=current_name, evals=evals,
-                        stage_metrics=result.train_metrics, confidence=cfg.evaluation.confidence)
+        gate = cfg.stage(name).gate
+        earlier = [(s, cfg.stage(s).gate) for s in STAGES[:STAGES.index(name)] if s in selected]
+        verdict = judge(name, gate, evaluation, parent=current_name, evals=evals, stage_metrics=result.train_metrics,
+                        confidence=cfg.evaluation.confidence, gates=cfg.gates,
+                        carried=carried_checks(earlier, cfg.gates) if gate.carry_forward else [])
         _publish_gate(name, verdict)
         (run_dir / name).mkdir(parents=True, exist_ok=True)
         (run_dir / name / "gate.json").write_text(verdict.model_dump_json(indent=2))
@@ -241,6 +291,7 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
         version = versions[current_name] if same_checkpoint else None
         if not same_checkpoint:
             dataset_tags = {d.name: d.md5 for d in result.datasets_consumed + result.datasets_produced}
+            dataset_tags |= {f"{d.name} <- {label}": md5 for d in result.datasets_consumed for label, md5 in d.sources.items()}
             tags = {**lineage, "stage": name, "parent_version": str(versions[current_name] or "base"),
                     "parent_digest": current.digest, "datasets": json.dumps(dataset_tags),
                     "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
@@ -261,7 +312,7 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
         result.checkpoint.version = version
         entry.update({"status": "passed" if verdict.passed else "failed", "cached": cached,
                       "wall_s": time.time() - stage_started, "checkpoint": result.checkpoint.model_dump(),
-                      "gate": verdict.model_dump(), "eval": evaluation.metrics,
+                      "gate": verdict.model_dump(), "eval": evaluation.metrics, "eval_items": evaluation.items,
                       "train_metrics": result.train_metrics, "train_log": result.train_log,
                       "policies": result.policies, "alerts": result.alerts,
                       "datasets": [d.model_dump() for d in result.datasets_produced]})

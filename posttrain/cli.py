@@ -15,20 +15,24 @@ def _cmd_run(args) -> int:
     from posttrain.config import load_config
 
     load_config(args.config)  # a bad config fails here, naming the field, before any server starts
-    from flows.pipeline import pipeline
+    from posttrain.serverproc import prefect_api
 
-    state = pipeline(config_path=str(Path(args.config).absolute()), stages=args.stages, seed=args.seed,
-                     force=args.force, on_gate_failure=args.on_gate_failure, return_state=True)
-    if state.is_completed():
-        out = state.result()
-        print(f"run id: {out['run_id']}\nreport: {out['report']}")
-        return 0
-    print(f"run failed: {state.message}", file=sys.stderr)
-    try:
-        state.result()
-    except Exception as exc:  # the flow's own error: say it once, plainly
-        print(f"error: {exc}", file=sys.stderr)
-    return 1
+    import contextlib
+    with contextlib.nullcontext():
+        from flows.pipeline import pipeline
+
+        state = pipeline(config_path=str(Path(args.config).absolute()), stages=args.stages, seed=args.seed,
+                         force=args.force, on_gate_failure=args.on_gate_failure, return_state=True)
+        if state.is_completed():
+            out = state.result()
+            print(f"run id: {out['run_id']}\nreport: {out['report']}")
+            return 0
+        print(f"run failed: {state.message}", file=sys.stderr)
+        try:
+            state.result()
+        except Exception as exc:  # the flow's own error: say it once, plainly
+            print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _cmd_world(args) -> int:
@@ -58,11 +62,11 @@ def _cmd_data(args) -> int:
         for path in args.paths:
             print(track_user_data(Path(path).absolute(), PROJECT_ROOT))
         return 0
-    from posttrain.prepared import load_all
+    from posttrain.prepared import load_all, missing_roles
     from posttrain.sources import overlaps, role_summary
 
     cfg = load_config(args.config)
-    loaded = load_all(cfg)
+    loaded = load_all(cfg, require=False)
     print(f"{'role / suite':28} {'rows':>6}  {'kinds':24} {'languages':16} {'modes':28} dup")
     for key, data in loaded.items():
         summary = role_summary(data.rows)
@@ -77,6 +81,8 @@ def _cmd_data(args) -> int:
     evals = {k: v.rows for k, v in loaded.items() if k.startswith("eval:")}
     train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
     print(f"train/eval overlap: {len(overlaps(train, evals))} rows")
+    for missing in missing_roles(cfg):
+        print(f"missing: {missing}")
     return 0
 
 
@@ -292,7 +298,8 @@ def _cmd_lineage(args) -> int:
         aliases = f"  [{', '.join(link['aliases'])}]" if link.get("aliases") else ""
         print(f"v{link['version']}  {link['stage']}  gate {link['gate'] or '–'}"
               f"{' (rejected)' if link.get('status') == 'rejected' else ''}{aliases}")
-        print(f"    flow run {link['flow_run']}  config {link['config_hash']}  code {link['code_revision']}  "
+        dirty = f" + uncommitted diff {link['code_dirty']}" if link.get("code_dirty") not in (None, "no") else ""
+        print(f"    flow run {link['flow_run']}  config {link['config_hash']}  code {link['code_revision']}{dirty}  "
               f"seed {link['seed']}")
         print(f"    digest {link['digest']}")
         if link["verifiers"]:
@@ -431,6 +438,13 @@ def _cmd_resume(args) -> int:
     AwaitingRetry; a served deployment's runner then picks it up, otherwise it runs here, under the
     same flow run id, reusing cached stages.  A RUNNING run whose process was killed is first set
     Crashed (_crash_if_process_gone)."""
+    from posttrain.serverproc import prefect_api
+
+    with prefect_api():  # without PREFECT_API_URL, a server that dies with this process
+        return _resume(args)
+
+
+def _resume(args) -> int:
     import importlib
     from uuid import UUID
 
@@ -593,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
         from posttrain.promotion import PromotionError
 
         errors += (PromotionError,)
+    if args.func in (_cmd_run, _cmd_resume):
+        from posttrain.serverproc import ServerError
+
+        errors += (ServerError,)
     try:
         return args.func(args)
     except errors as exc:

@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from posttrain.chat import ChatConfig
 from posttrain.schema import ModelSettings
 from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metrics
 from posttrain.sources import SourceConfig, TaskKind, _as_list
-from posttrain.world.corpus import CorpusConfig
-from posttrain.world.model import Architecture
-from posttrain.world.pretrain import PretrainConfig
+from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
+from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 
 STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft", "general_rl",
           "distillation")
@@ -24,7 +23,8 @@ StageName = Literal["cold_start_sft", "reasoning_rl", "rejection_sampling", "mod
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN or infinity in any number (nested models and `float | None` alike) is a typo, never a setting.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ConfigError(ValueError):
@@ -32,19 +32,6 @@ class ConfigError(ValueError):
 
 
 # ---------------------------------------------------------------- world and base
-
-
-class WorldConfig(Strict):
-    seed: int = 1234
-    levels: list[int] = [1, 2]  # math difficulty levels (posttrain.world.tasks.LEVELS) of train and eval
-    corpus: CorpusConfig = CorpusConfig()
-    math_train: int = Field(20000, ge=100)
-    direct_train: int = Field(4000, ge=10)
-    instruction_train: int = Field(4000, ge=10)
-    eval_math_per_language: int = Field(200, ge=10)
-    eval_no_think: int = Field(100, ge=10)
-    eval_instruction: int = Field(144, ge=9)
-    eval_direct: int = Field(100, ge=10)
 
 
 class BaseModelConfig(Strict):
@@ -171,10 +158,51 @@ class GateTarget(Strict):
         return [r for r in (self.above, self.not_below, self.of) if r is not None]
 
 
+class RegressionCheck(Strict):
+    """A capability that must not fall below the parent's by more than `max_drop` (absolute),
+    beyond noise (posttrain.gates)."""
+
+    metric: str
+    max_drop: float | None = Field(None, ge=0, le=1)   # None: gates.max_drop
+    origin: str | None = None                          # the earlier stage whose gate declared it (carried)
+
+
 class GateConfig(Strict):
     targets: list[GateTarget] = []
-    # Capabilities (`<suite>/<metric>`) that must not regress beyond noise against the parent checkpoint.
-    regression: list[str] = []
+    # Capabilities (`<suite>/<metric>`, or {metric, max_drop}) that must not regress against the parent.
+    regression: list[str | RegressionCheck] = []
+    # By default a gate also checks every capability an earlier stage's gate checked; opt out by
+    # metric, with the reason (recorded in the verdict).
+    carry_forward: bool = True
+    opt_out: dict[str, str] = {}
+    # A student against its teacher: carried capabilities as ratios student / teacher >= this.
+    carry_ratio: float | None = Field(None, gt=0, le=1)
+
+    @field_validator("opt_out")
+    @classmethod
+    def _reasons(cls, value: dict[str, str]) -> dict[str, str]:
+        empty = [m for m, reason in value.items() if not str(reason).strip()]
+        if empty:
+            raise ValueError(f"opting out of {', '.join(empty)} needs a reason")
+        return value
+
+    def regression_checks(self, default_max_drop: float) -> list[RegressionCheck]:
+        checks = [RegressionCheck(metric=c) if isinstance(c, str) else c for c in self.regression]
+        return [c if c.max_drop is not None else c.model_copy(update={"max_drop": default_max_drop}) for c in checks]
+
+    def metrics(self) -> list[tuple[str, str]]:
+        """(where in the gate, metric) of every metric it names."""
+        return [*((f"targets[{i}]", t.metric) for i, t in enumerate(self.targets)),
+                *((f"regression[{i}]", c if isinstance(c, str) else c.metric) for i, c in enumerate(self.regression)),
+                *((f"opt_out.{m}", m) for m in self.opt_out)]
+
+
+class GatesConfig(Strict):
+    """What every gate shares: the family-wise error of its regression checks (Holm-Bonferroni)
+    and the tolerance of a regression check that declares none."""
+
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    max_drop: float = Field(0.0, ge=0, le=1)
 
 
 # ---------------------------------------------------------------- stages
@@ -183,12 +211,19 @@ class GateConfig(Strict):
 class SFTTrainerConfig(Strict):
     learning_rate: float = Field(5e-4, gt=0)
     epochs: float = Field(2.0, gt=0)
-    max_steps: int = -1
+    max_steps: int = -1   # -1: train for `epochs`
     batch_size: int = Field(16, ge=1)
     max_length: int = Field(320, ge=16)
     warmup_ratio: float = Field(0.05, ge=0, le=1)
-    weight_decay: float = 0.0
+    weight_decay: float = Field(0.0, ge=0)
     threads: int = Field(2, ge=1)
+
+    @field_validator("max_steps")
+    @classmethod
+    def _steps_or_epochs(cls, v: int) -> int:
+        if v != -1 and v < 1:
+            raise ValueError("max_steps must be -1 (train for `epochs`) or at least 1")
+        return v
 
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
@@ -204,8 +239,8 @@ class GRPOTrainerConfig(Strict):
     loss_type: LossType = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     beta: float = Field(0.0, ge=0)
-    epsilon: float = Field(0.2, gt=0)
-    epsilon_high: float | None = 0.28
+    epsilon: float = Field(0.2, gt=0, lt=1)   # the ratio is clipped below at 1 - epsilon
+    epsilon_high: float | None = Field(0.28, gt=0)
     num_iterations: int = Field(1, ge=1)
     mask_truncated_completions: bool = True
     # With beta = 0 there is no KL term, and TRL logs no KL; this still measures how far each
@@ -328,14 +363,21 @@ class StagesConfig(Strict):
     distillation: DistillationStageConfig = DistillationStageConfig()
 
 
+class SandboxConfig(Strict):
+    """Code rewards run untrusted programs: only under OS isolation (bubblewrap or namespaces,
+    posttrain.rewards.code_sandbox) unless this opt-in says otherwise; it is recorded in the lineage."""
+
+    unsafe_allow_unisolated: bool = False
+
+
 class PathsConfig(Strict):
     """Relative paths resolve against the directory that holds the config's project (see `root`)."""
 
-    world: str = "data"
-    runs: str = "runs"
-    registry: str = "runs/registry"
-    data_store: str = "runs/data-store"
-    dvc_remote: str = "runs/dvc-remote"
+    world: str = Field("data", min_length=1)
+    runs: str = Field("runs", min_length=1)
+    registry: str = Field("runs/registry", min_length=1)
+    data_store: str = Field("runs/data-store", min_length=1)
+    dvc_remote: str = Field("runs/dvc-remote", min_length=1)
 
 
 class PipelineConfig(Strict):
@@ -345,6 +387,8 @@ class PipelineConfig(Strict):
     world: WorldConfig = WorldConfig()
     base: BaseModelConfig = BaseModelConfig()
     data: DataConfig = DataConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    gates: GatesConfig = GatesConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     stages: StagesConfig = StagesConfig()
     root: str = "."  # filled by load_config: the project directory relative paths hang off
@@ -365,8 +409,7 @@ class PipelineConfig(Strict):
         for index, name in enumerate(STAGES):
             gate = self.stage(name).gate
             earlier = {"parent", "base", *STAGES[:index]}
-            for where, metric in [*((f"targets[{i}]", t.metric) for i, t in enumerate(gate.targets)),
-                                  *((f"regression[{i}]", m) for i, m in enumerate(gate.regression))]:
+            for where, metric in gate.metrics():
                 suite, _, short = metric.rpartition("/")
                 known = metric in metrics or (short.startswith(PER_LANGUAGE) and suite in suites)
                 if not known and not metric.startswith("stage."):
@@ -389,38 +432,77 @@ def config_hash(model: BaseModel) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
+MAX_LISTED_ERRORS = 20
+
+
+def _format_errors(errors: list[dict], source: str, where=None) -> str:
+    """One line per error, `<where>: field: message (got value)`, where `where(loc)` says the file
+    and line of the field (default: the file); values and messages capped, at most 20 errors."""
     lines = [f"invalid config {source}:"]
-    for e in err.errors():
+    for e in errors[:MAX_LISTED_ERRORS]:
         field = ".".join(str(p) for p in e["loc"]) or "<top level>"
-        lines.append(f"  - {field}: {e['msg']}" + (f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e.get("input"), dict) else ""))
+        got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {short(e.get('input'))})"
+        lines.append(f"  - {where(tuple(e['loc'])) if where else source}: {field}: {clip(e['msg'], 1000)}{got}")
+    if len(errors) > MAX_LISTED_ERRORS:
+        lines.append(f"  ... and {len(errors) - MAX_LISTED_ERRORS} more")
     return "\n".join(lines)
 
 
+def _non_finite(value, loc: tuple = ()) -> list[dict]:
+    """NaN/inf numbers anywhere in a validated config, as pydantic errors: models defined outside
+    this module (world, architecture, pretraining) do not inherit Strict's allow_inf_nan=False."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [{"loc": loc, "type": "finite_number", "input": value,
+                                                  "msg": "Input should be a finite number"}]
+    if isinstance(value, BaseModel):
+        return [p for name in type(value).model_fields for p in _non_finite(getattr(value, name), (*loc, name))]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in _non_finite(v, (*loc, i))]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(v, (*loc, k))]
+    return []
+
+
 def load_config(path: str | Path, project_root: Path | None = None, overrides: dict | None = None) -> PipelineConfig:
-    """Read YAML, apply dotted overrides (e.g. {"seed": 3}), validate; ConfigError names the field."""
+    """Read YAML (posttrain.yamlconfig: one-line errors for unreadable files), apply dotted overrides
+    (e.g. {"seed": 3}), validate; a ConfigError names the field and its file:line."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist (try configs/default.yaml)")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"config {where} is not valid YAML: {exc}") from None
+        doc = read_yaml(path)
+    except YamlConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    data = doc.data
+    if data is None or data == {}:
+        raise ConfigError(f"config {path} is empty: it sets nothing (start from configs/default.yaml)")
     if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping at the top level")
+        raise ConfigError(f"config {path} must be a mapping of settings at the top level, "
+                          f"not {type(data).__name__} {short(data)}")
+    overridden = []
     for dotted, value in (overrides or {}).items():
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
             node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {key} in config {path} is not a mapping")
         node[leaf] = value
+        overridden.append(tuple(dotted.split(".")))
+
+    def where(loc: tuple) -> str:
+        if any(loc[:len(o)] == o for o in overridden):
+            return f"{path} (override)"
+        line = doc.line(loc)
+        return str(path) if line is None else f"{path}:{line}"
+
     data.setdefault("root", str((project_root or _project_root_of(path)).absolute()))
     try:
-        return PipelineConfig.model_validate(data)
+        cfg = PipelineConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, str(path))) from None
+        raise ConfigError(_format_errors(err.errors(), str(path), where)) from None
+    non_finite = _non_finite(cfg)
+    if non_finite:
+        raise ConfigError(_format_errors(non_finite, str(path), where))
+    return cfg
 
 
 def _project_root_of(config_path: Path) -> Path:

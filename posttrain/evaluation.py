@@ -117,7 +117,8 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, sui
         per_item.update(suite_items)
         samples += [{"suite": s.name, "question": r["prompt"][-1]["content"], "response": g[0].text}
                     for r, g in list(zip(rows[s.name], generations[s.name]))[:2]]
-    return EvalResult(metrics=metrics, per_item=per_item, samples=samples)
+    return EvalResult(metrics=metrics, per_item=per_item, samples=samples,
+                      items={s.name: len(rows[s.name]) for s in configs})
 
 
 def by_field(rows: list[dict], scores: list[float], field: str) -> dict[str, float]:

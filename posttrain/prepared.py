@@ -48,19 +48,24 @@ def load_suites(cfg: PipelineConfig) -> dict[str, list[dict]]:
     return {s.name: load_role(f"eval:{s.name}", s.sources, root, cfg.seed).rows for s in cfg.data.suites()}
 
 
-def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None) -> dict[str, RoleData]:
+def missing_roles(cfg: PipelineConfig, stages: tuple[str, ...] | None = None) -> list[str]:
+    """What the selected stages need and the config does not give (fusion's extras are optional)."""
+    roles = cfg.data.roles()
+    return [f"stage {stage} needs data: set `data.{role}` in the config"
+            for stage in stages or STAGE_ROLES for role in STAGE_ROLES[stage]
+            if role not in ("thinking", "non_reasoning") and not roles[role]]
+
+
+def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, require: bool = True) -> dict[str, RoleData]:
     """Every role the selected stages read, and every evaluation suite, loaded and checked."""
+    if require and missing_roles(cfg, stages):
+        raise DatasetError(missing_roles(cfg, stages)[0])
     root = Path(cfg.root)
     wanted = {role for stage, roles in STAGE_ROLES.items() if stages is None or stage in stages for role in roles}
     loaded = {role: load_role(role, sources, root, cfg.seed)
               for role, sources in cfg.data.roles().items() if sources and role in wanted}
     for suite in cfg.data.suites():
         loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed)
-    for stage in stages or STAGE_ROLES:
-        needed = [r for r in STAGE_ROLES[stage] if r not in ("thinking", "non_reasoning")]
-        for role in needed:
-            if role not in loaded:
-                raise DatasetError(f"stage {stage} needs data: set `data.{role}` in the config")
     evals = {k.removeprefix("eval:"): v.rows for k, v in loaded.items() if k.startswith("eval:")}
     train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
     found = overlaps(train, evals)
@@ -79,7 +84,7 @@ def prepare(cfg: PipelineConfig, out_dir: Path, stages: tuple[str, ...] | None =
         write_jsonl(data.rows, tmp)
         final = out_dir / f"{key.replace(':', '-')}-{file_md5(tmp)[:12]}.jsonl"
         tmp.replace(final)
-        ref = dataset_ref(final, name=key)
+        ref = dataset_ref(final, name=key).model_copy(update={"sources": data.hashes})
         if key.startswith("eval:"):
             prepared.suites[key.removeprefix("eval:")] = ref
         else:

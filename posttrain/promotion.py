@@ -481,7 +481,7 @@ def compare(new, old, confidence: float = 0.95) -> list[dict]:
     the paired difference new - old with its confidence interval (posttrain.gates.paired_interval).
     ``verdict``: "better" / "worse" when the interval excludes 0 (in the metric's good direction,
     posttrain.metrics), else "same"."""
-    from posttrain.gates import paired_interval
+    from posttrain.gates import paired_interval, regression_p_value
     from posttrain.metrics import higher_is_better
 
     rows = []
@@ -493,10 +493,22 @@ def compare(new, old, confidence: float = 0.95) -> list[dict]:
             mean, low, high = paired_interval(a, b, confidence)
             up, down = ("worse", "better") if higher_is_better(metric) is False else ("better", "worse")
             row.update(diff=mean, low=low, high=high, verdict=up if low > 0 else down if high < 0 else "same")
+            if higher_is_better(metric) is not None:
+                row["p_worse"] = regression_p_value(a, b, 0.0, higher_is_better(metric))
         elif row["old"] is not None:
             row["diff"] = value - row["old"]
         rows.append(row)
     return rows
+
+
+def family_wise_regressions(comparison: list[dict], alpha: float) -> list[dict]:
+    """Rows significantly worse with the family-wise error of all paired capabilities held at alpha
+    (Holm-Bonferroni, as the gates): with ~8 suites tested at 95% each, a version that changed
+    nothing would be rolled back far more often than 5% of the time."""
+    from posttrain.gates import holm
+
+    tested = [r for r in comparison if "p_worse" in r]
+    return [r for r, worse in zip(tested, holm([r["p_worse"] for r in tested], alpha)) if worse and r["diff"] != 0]
 
 
 def regression_reason(version: str, against: str, regressed: list[dict], confidence: float) -> str:
@@ -549,7 +561,7 @@ def evaluate_version(registry: Registry, cfg, version: str, *, against_productio
             raise PromotionError(f"version {against} ({against_ref.path}) to compare with is missing or altered")
         against_result = evaluation.evaluate(against_ref, cfg, desc=f"evaluating version {against}")
         comparison = compare(result, against_result, cfg.evaluation.confidence)
-        regressed = [r for r in comparison if r["verdict"] == "worse"]
+        regressed = family_wise_regressions(comparison, cfg.gates.alpha)
     if auto_rollback and regressed:
         entry = rollback(registry, to=against, auto=True, if_production=version,
                          reason=regression_reason(version, against, regressed, cfg.evaluation.confidence))
@@ -600,6 +612,7 @@ def lineage(registry: Registry, version: str, *, runs_dir: Path | None = None) -
         chain.append({
             "version": v, "stage": mv["stage"], "flow_run": t.get("flow_run"),
             "config_hash": t.get("config_hash"), "code_revision": t.get("code_revision"),
+            "code_dirty": t.get("code_dirty"),
             "verifiers": _json(t.get("verifiers"), {}), "seed": t.get("seed"), "gate": t.get("gate"),
             "status": t.get("status"), "digest": t.get("digest"), "source": mv["source"],
             "parent_version": t.get("parent_version"),

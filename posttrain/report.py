@@ -26,7 +26,8 @@ def capability_rows(stages: list[dict]) -> list[str]:
 def render_markdown(report: dict) -> str:
     stages = report["stages"]
     lines = [f"# Report card — run {report['run_id']}", "",
-             f"config `{report.get('config', '')}` · wall time {report.get('wall_s', 0):.0f} s", ""]
+             f"config `{report.get('config', '')}` · wall time {report.get('wall_s', 0):.0f} s"
+             f" · code sandbox: {report.get('sandbox', 'not used')}", ""]
     header = "| capability | " + " | ".join(s["name"] for s in stages) + " |"
     lines += [header, "|" + "---|" * (len(stages) + 1)]
     for key in capability_rows(stages):

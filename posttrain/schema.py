@@ -33,6 +33,7 @@ class DatasetRef(BaseModel):
     path: str
     md5: str
     rows: int | None = None
+    sources: dict[str, str] = Field(default_factory=dict)  # a data role's user sources: label -> content hash
 
 
 class EvalResult(BaseModel):
@@ -44,6 +45,7 @@ class EvalResult(BaseModel):
 
     metrics: dict[str, float]
     per_item: dict[str, list[float]] = Field(default_factory=dict)
+    items: dict[str, int] = Field(default_factory=dict)   # suite -> number of items it asked
     samples: list[dict] = Field(default_factory=list)
 
 

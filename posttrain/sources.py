@@ -98,6 +98,27 @@ class RoleData:
     rows: list[dict]
     shares: dict[str, float] = field(default_factory=dict)   # realised share of each source
     notes: list[str] = field(default_factory=list)           # upsampling and other things to log
+    hashes: dict[str, str] = field(default_factory=dict)     # each source's content hash (lineage)
+
+
+def source_hash(source: SourceConfig, root: Path) -> str:
+    """Content hash of a local source (md5 of the file, or of its files' names and hashes for a
+    directory), or the fingerprint `datasets` gives an HF dataset."""
+    from posttrain.dataio import file_md5
+
+    if source.hf is not None:
+        from datasets import load_dataset
+
+        return "hf:" + load_dataset(source.hf, source.hf_config, split=source.split)._fingerprint
+    path = Path(source.path) if Path(source.path).is_absolute() else root / source.path
+    if path.is_file():
+        return file_md5(path)
+    import hashlib
+
+    h = hashlib.md5()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f"{file.relative_to(path)}:{file_md5(file)}".encode())
+    return h.hexdigest() + ".dir"
 
 
 # ---------------------------------------------------------------- reading any format
@@ -248,7 +269,7 @@ def detect_language(text: str) -> str:
     reward tells apart); a `language` column or the source's `language:` overrides it."""
     from posttrain.rewards.language import word_counts
 
-    cjk, latin = word_counts(text)
+    latin, cjk = word_counts(text)
     return "zh" if cjk > latin else "en"
 
 
@@ -395,10 +416,11 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
         raise DatasetError(f"role {role!r}: give every source a `weight`, or none")
     if not per_source:
         return RoleData([])
+    hashes = {s.label: source_hash(s, root) for s, _ in per_source}
     total = sum(len(rows) for _, rows in per_source)
     if weights[0] is None:
         rows = [r for _, source_rows in per_source for r in source_rows]
-        return RoleData(rows, {s.label: len(r) / total for s, r in per_source})
+        return RoleData(rows, {s.label: len(r) / total for s, r in per_source}, hashes=hashes)
     rng = random.Random(f"{role}/{seed}")
     mixed, notes, counts = [], [], {}
     for source, source_rows in per_source:
@@ -411,7 +433,7 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
         counts[source.label] = len(drawn)
         mixed.extend(drawn)
     rng.shuffle(mixed)
-    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes)
+    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes, hashes)
 
 
 # ---------------------------------------------------------------- contamination

@@ -52,10 +52,9 @@ def sft_dataset(tokenizer, chat, rows: list[dict]):
     return Dataset.from_list([sft_example(tokenizer, chat, r["messages"], r.get("thinking")) for r in rows])
 
 
-def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float], *,
-              stateful_sampler: bool = False):
-    """GRPO settings for a posttrain.rl trainer. Both its samplers resume through the Trainer's data
-    skip, so `stateful_sampler` (our adaptive ProblemSampler or TRL's order) changes nothing."""
+def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float]):
+    """GRPO settings for a posttrain.rl trainer (both its samplers, our adaptive ProblemSampler and
+    TRL's order, resume through the Trainer's data skip)."""
     from trl import GRPOConfig
 
     return GRPOConfig(

@@ -42,7 +42,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
                     for f in reward_funcs]
     trainer = StageGRPOTrainer(model=model, reward_funcs=[on_whole_replies(f, chat) for f in reward_funcs],
                                train_dataset=dataset,
-                               args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights, stateful_sampler=True),
+                               args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, sampling=config.sampling,
                                difficulty=[int(p.get("difficulty", 1)) for p in problems], problem_stats=stats,
                                monitor_kl=config.trainer.monitor_kl)

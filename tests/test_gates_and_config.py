@@ -105,3 +105,60 @@ def test_cli_run_rejects_a_bad_config_before_starting_anything(tmp_path, capsys)
     assert "stages.cold_start_sft.trainer.batch_size" in err and "bad.yaml" in err
     assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_declared_tolerance_fails_only_when_the_whole_interval_is_below_minus_max_drop():
+    from posttrain.config import RegressionCheck
+
+    parent = _eval([1.0] * 600 + [0.0] * 400)
+    slightly_worse = _eval([0.0] * 10 + [1.0] * 590 + [0.0] * 400)     # -0.01: significant, within 0.02
+    much_worse = _eval([0.0] * 60 + [1.0] * 540 + [0.0] * 400)         # -0.06: beyond 0.02
+    strict = GateConfig(regression=["math/accuracy"])
+    tolerant = GateConfig(regression=[RegressionCheck(metric="math/accuracy", max_drop=0.02)])
+    assert not judge("x", strict, slightly_worse, parent="p", evals={"p": parent}).passed
+    assert judge("x", tolerant, slightly_worse, parent="p", evals={"p": parent}).passed
+    verdict = judge("x", tolerant, much_worse, parent="p", evals={"p": parent})
+    assert not verdict.passed and "by more than 0.02" in verdict.checks[0].name
+    assert "detects drops >=" in verdict.checks[0].detail
+
+
+def test_holm_keeps_the_family_wise_error_and_still_rejects_a_clear_effect():
+    from posttrain.gates import holm
+
+    assert holm([0.03, 0.04, 0.5], alpha=0.05) == [False, False, False]   # each alone would fail at 5%
+    assert holm([0.001, 0.02, 0.5], alpha=0.05) == [True, True, False]     # 0.001 <= .05/3, 0.02 <= .05/2
+    assert holm([], alpha=0.05) == []
+
+
+def test_a_small_suite_says_how_large_a_drop_it_could_have_missed():
+    from posttrain.gates import smallest_detectable_drop
+
+    small, large = [1.0, 0.0] * 15, [1.0, 0.0] * 500
+    assert smallest_detectable_drop(small, small, 0.0, 0.05) > 0.3    # 30 items: a 30-point drop can hide
+    assert smallest_detectable_drop(large, large, 0.0, 0.05) < 0.1
+
+
+def test_later_gates_carry_every_checked_capability_unless_opted_out_with_a_reason():
+    from posttrain.gates import carried_checks
+    from posttrain.schema import EvalResult
+
+    earlier = [("mode_fusion_sft", GateConfig(targets=[GateTarget(metric="no_think/mode_compliance", min=0.9)])),
+               ("general_rl", GateConfig(regression=["math/accuracy"]))]
+    carried = carried_checks(earlier, __import__("posttrain.config", fromlist=["GatesConfig"]).GatesConfig())
+    assert {(c.metric, c.origin) for c in carried} == {("no_think/mode_compliance", "mode_fusion_sft"),
+                                                       ("math/accuracy", "general_rl")}
+    teacher = EvalResult(metrics={"no_think/mode_compliance": 0.98, "math/accuracy": 0.5},
+                         per_item={"no_think/mode_compliance": [1.0] * 49 + [0.0], "math/accuracy": [1.0, 0.0] * 25})
+    student = EvalResult(metrics={"no_think/mode_compliance": 0.2, "math/accuracy": 0.5},
+                         per_item={"no_think/mode_compliance": [1.0] * 10 + [0.0] * 40, "math/accuracy": [1.0, 0.0] * 25})
+    plain = judge("distillation", GateConfig(), student, parent="general_rl", evals={"general_rl": teacher})
+    assert plain.passed   # what the old gate did: nothing checked the lost /no_think switch
+    carried_gate = judge("distillation", GateConfig(carry_ratio=0.8), student, parent="general_rl",
+                         evals={"general_rl": teacher}, carried=carried)
+    assert not carried_gate.passed
+    assert [c.passed for c in carried_gate.checks if "mode_compliance" in c.name] == [False]
+    opted = judge("distillation", GateConfig(carry_ratio=0.8, opt_out={"no_think/mode_compliance": "not needed"}),
+                  student, parent="general_rl", evals={"general_rl": teacher}, carried=carried)
+    assert opted.passed and any(c.detail == "not needed" for c in opted.checks)
+    with pytest.raises(ValueError, match="needs a reason"):
+        GateConfig(opt_out={"math/accuracy": " "})

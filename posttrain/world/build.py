@@ -61,7 +61,7 @@ def build_data(cfg: PipelineConfig) -> dict:
     direct = [d.to_row() for d in tasks.direct_tasks(w.direct_train, seed, "train")]
     instruction = [t.to_row() for t in tasks.instruction_tasks(w.instruction_train, seed, "train")]
     evals = {
-        "eval_math": [p.to_row() for p in tasks.math_problems(2 * w.eval_math_per_language, seed + 1, "eval", levels=w.levels)],
+        "eval_math": [p.to_row() for p in held_out_math(cfg)],
         "eval_no_think": [p.to_row() for p in tasks.math_problems(w.eval_no_think, seed + 2, "eval", levels=w.levels)],
         "eval_instruction": [t.to_row() for t in tasks.instruction_tasks(w.eval_instruction, seed + 3, "eval")],
         "eval_direct": [d.to_row() for d in tasks.direct_tasks(w.eval_direct, seed + 4, "eval")],
@@ -84,7 +84,8 @@ def build_data(cfg: PipelineConfig) -> dict:
         # 30% of general RL's math asks /no_think (any prefix keeps the share), so RL trains the
         # switch learnt in fusion instead of eroding it.
         "general_math_prompts": [_math_prompt(p, i % 10 >= 3) for i, p in enumerate(pool_share(math, "general_rl"))],
-        "distillation_math_prompts": [_math_prompt(p, i % 5 != 0) for i, p in enumerate(pool_share(math, "distillation"))],
+        # 40% of the student's math asks /no_think: with fewer, the 1M student loses the switch.
+        "distillation_math_prompts": [_math_prompt(p, i % 5 > 1) for i, p in enumerate(pool_share(math, "distillation"))],
         "distillation_instruction_prompts": [_instruction_prompt(t) for t in pool_share(instruction, "distillation")],
         "eval_math": [_math_prompt(p, True) for p in evals["eval_math"]],
         "eval_no_think": [_math_prompt(p, False) for p in evals["eval_no_think"]],
@@ -98,6 +99,12 @@ def build_data(cfg: PipelineConfig) -> dict:
         manifest[name] = {"rows": len(rows), "md5": file_md5(paths.file(name))}
     (paths.data / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def held_out_math(cfg: PipelineConfig) -> list[tasks.MathProblem]:
+    """The problems of the held-out math suite (eval_math.jsonl), with their operands."""
+    w = cfg.world
+    return tasks.math_problems(2 * w.eval_math_per_language, w.seed + 1, "eval", levels=w.levels)
 
 
 def _sft(task: dict, reply: str, thinking: bool | None) -> dict:

@@ -8,22 +8,10 @@ from __future__ import annotations
 
 import random
 
-from pydantic import BaseModel, ConfigDict
-
+from posttrain.embedded_config import CorpusConfig  # noqa: F401 (re-exported)
 from posttrain.world import tasks
 
 HEADERS = ["Question: ", "Solution: ", "Answer: ", "问题：", "解答：", "答案："]
-
-
-class CorpusConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    math_documents: int = 30000
-    direct_documents: int = 3000
-    mixed_language_share: float = 0.3   # of Chinese solutions with English steps mixed in
-    mixed_step_share: float = 0.4        # of steps switched inside such a solution
-    levels: list[int] = [1, 2]
-    word_share: float = 0.3              # word problems vs bare expressions
 
 
 def math_document(p: tasks.MathProblem) -> str:

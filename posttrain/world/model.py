@@ -2,19 +2,9 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
-
-class Architecture(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    hidden_size: int = 256
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 768
-    max_position_embeddings: int = 512
+from posttrain.embedded_config import Architecture  # noqa: F401 (re-exported)
 
 
 def build_model(arch: Architecture, tokenizer: PreTrainedTokenizerBase, seed: int) -> Qwen3ForCausalLM:

@@ -7,27 +7,13 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from tqdm.auto import tqdm
 
 from posttrain.checkpoint import save_checkpoint
+from posttrain.embedded_config import PretrainConfig  # noqa: F401 (re-exported)
 from posttrain.schema import CheckpointRef
 from posttrain.world import corpus, tasks
 from posttrain.world.model import Architecture, build_model, count_parameters
-
-
-class PretrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    steps: int = 600
-    batch_size: int = 24
-    sequence_length: int = 192
-    learning_rate: float = 3e-3
-    warmup_steps: int = 30
-    weight_decay: float = 0.01
-    threads: int = 2
-    probe_problems: int = 200
-    probe_every: int = 0  # also probe held-out accuracy every N steps (learning-curve record)
 
 
 def pack(tokenizer, documents: list[str], sequence_length: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,140 @@
+"""Data sources: every format a user brings, columns mapped, sources mixed by weight, and bad data
+stopped before any work with one line naming file, line or row, and column."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from posttrain.dataio import DatasetError
+from posttrain.sources import SourceConfig, load_role, overlaps
+
+MATH_ROWS = [{"question": f"What is {i} plus 2?", "gold": str(i + 2)} for i in range(6)]
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _math_source(path, **extra) -> SourceConfig:
+    return SourceConfig(path=str(path), kind="math", columns={"question": "prompt", "gold": "answer"}, **extra)
+
+
+def test_every_local_format_gives_the_same_normalised_rows(tmp_path):
+    from datasets import Dataset
+
+    _write(tmp_path / "m.jsonl", MATH_ROWS)
+    (tmp_path / "m.json").write_text(json.dumps(MATH_ROWS))
+    Dataset.from_list(MATH_ROWS).to_parquet(str(tmp_path / "m.parquet"))
+    Dataset.from_list(MATH_ROWS).to_csv(str(tmp_path / "m.csv"), index=False)
+    Dataset.from_list(MATH_ROWS).save_to_disk(str(tmp_path / "m_arrow"))
+    loaded = {name: load_role("reasoning_prompts", [_math_source(tmp_path / name)], tmp_path, 0).rows
+              for name in ("m.jsonl", "m.json", "m.parquet", "m.csv", "m_arrow")}
+    first = loaded["m.jsonl"]
+    assert first[0] == {"prompt": [{"role": "user", "content": "What is 0 plus 2?"}], "kind": "math",
+                        "thinking": None, "language": "en", "answer": "2"}
+    for name, rows in loaded.items():
+        assert rows == first, name
+
+
+def test_sft_rows_in_trl_forms_get_the_mode_of_their_role(tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]},
+            {"prompt": "Say yo.", "completion": "yo"},
+            {"prompt": [{"role": "user", "content": "说你好。"}], "completion": [{"role": "assistant", "content": "你好"}]}]
+    out = load_role("non_reasoning", [SourceConfig(path=str(_write(tmp_path / "c.jsonl", rows)))], tmp_path, 0).rows
+    assert [r["thinking"] for r in out] == [False, False, False]
+    # a non-thinking reply keeps an empty think block, so its mode is visible in the reply
+    assert out[0]["messages"][-1]["content"] == "<think>\n\n</think>\n\nhi"
+    assert [r["language"] for r in out] == ["en", "en", "zh"]
+
+
+def test_weights_are_shares_of_the_role_and_upsampling_is_said(tmp_path):
+    big = _write(tmp_path / "big.jsonl", MATH_ROWS)
+    small = _write(tmp_path / "small.jsonl", MATH_ROWS[:2])
+    role = load_role("reasoning_prompts", [_math_source(big, weight=1.0), _math_source(small, weight=3.0)], tmp_path, 0)
+    assert len(role.rows) == 8
+    assert role.shares == {str(big): 0.25, str(small): 0.75}
+    assert any("upsampled 3.00x" in note for note in role.notes)
+    with pytest.raises(DatasetError, match="give every source a `weight`, or none"):
+        load_role("reasoning_prompts", [_math_source(big, weight=1.0), _math_source(small)], tmp_path, 0)
+
+
+def test_limit_and_shuffle_seed_pick_rows_reproducibly(tmp_path):
+    path = _write(tmp_path / "m.jsonl", MATH_ROWS)
+    a = load_role("reasoning_prompts", [_math_source(path, limit=3, shuffle_seed=1)], tmp_path, 0).rows
+    b = load_role("reasoning_prompts", [_math_source(path, limit=3, shuffle_seed=1)], tmp_path, 0).rows
+    plain = load_role("reasoning_prompts", [_math_source(path, limit=3)], tmp_path, 0).rows
+    assert a == b and len(a) == 3 and a != plain and [r["answer"] for r in plain] == ["2", "3", "4"]
+
+
+def test_training_questions_in_an_eval_suite_are_found_exact_and_normalised():
+    train = {"reasoning_prompts": [{"prompt": [{"role": "user", "content": "What is 2 plus 2?"}]}]}
+    assert overlaps(train, {"math": [{"prompt": [{"role": "user", "content": "what is 2 plus 2 /think"}]}]})
+    assert not overlaps(train, {"math": [{"prompt": [{"role": "user", "content": "What is 2 plus 3?"}]}]})
+
+
+def _project(tmp_path, role_source: dict, files: dict[str, str]):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    eval_rows = _write(tmp_path / "eval.jsonl", [{"prompt": "What is 100 plus 1?", "answer": "101", "kind": "math"}])
+    config = {"data": {"reasoning_prompts": role_source,
+                       "eval": [{"name": "math", "kind": "math", "sources": {"path": str(eval_rows)}}]}}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _check(config) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "posttrain.cli", "data", "check", "--config", str(config)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+GOOD = '{"question": "What is 1 plus 2?", "gold": "3"}\n'
+BAD_DATA = [
+    ("missing file", {"path": "nowhere.jsonl", "kind": "math"}, {}, r"nowhere.jsonl: data source does not exist"),
+    ("missing mapped column", {"path": "d.jsonl", "kind": "math", "columns": {"problem": "prompt"}},
+     {"d.jsonl": GOOD}, r"d.jsonl:1: column 'problem' \(mapped by `columns:` to 'prompt'\) is missing"),
+    ("unparsable gold answer", {"path": "d.jsonl", "kind": "math", "columns": {"question": "prompt", "gold": "answer"}},
+     {"d.jsonl": GOOD + '{"question": "What is 5 plus 5?", "gold": "\\\\frac{1}{"}\n'},
+     r"d.jsonl:2: column 'answer': cannot parse gold answer"),
+    ("empty source", {"path": "d.jsonl", "kind": "math"}, {"d.jsonl": ""}, r"d.jsonl: data source of role 'reasoning_prompts' is empty"),
+    ("malformed JSONL line", {"path": "d.jsonl", "kind": "math", "columns": {"question": "prompt", "gold": "answer"}},
+     {"d.jsonl": GOOD + '{"question": "x", "gold": \n'}, r"d.jsonl:2:\d+: not valid JSON"),
+    ("unknown constraint type", {"path": "d.jsonl", "kind": "instruction"},
+     {"d.jsonl": '{"prompt": "Say hi.", "constraints": [{"type": "rhymes_with", "word": "sky"}]}\n'},
+     r"d.jsonl:1: column 'constraints': .*rhymes_with"),
+    ("row without a task kind", {"path": "d.jsonl", "columns": {"question": "prompt", "gold": "answer"}},
+     {"d.jsonl": GOOD}, r"d.jsonl:1: column 'kind' is None"),
+]
+
+
+@pytest.mark.parametrize("case,source,files,message", BAD_DATA, ids=[c[0] for c in BAD_DATA])
+def test_data_check_names_file_line_and_column_of_bad_data_in_one_line(tmp_path, case, source, files, message):
+    done = _check(_project(tmp_path, {**source, "path": str(tmp_path / source["path"])}, files))
+    assert done.returncode == 2, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), done.stderr
+
+
+def test_data_check_prints_rows_kinds_languages_and_the_realised_shares(tmp_path):
+    big = _write(tmp_path / "big.jsonl", MATH_ROWS)
+    small = _write(tmp_path / "small.jsonl", MATH_ROWS[:2])
+    config = _project(tmp_path, [{"path": str(big), "kind": "math", "weight": 1, "columns": {"question": "prompt", "gold": "answer"}},
+                                 {"path": str(small), "kind": "math", "weight": 3, "columns": {"question": "prompt", "gold": "answer"}}], {})
+    done = _check(config)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"reasoning_prompts\s+8\s+math 8\s+en 8", done.stdout)
+    assert "share 75.0%" in done.stdout and "upsampled" in done.stdout
+    assert "train/eval overlap: 0 rows" in done.stdout
+
+
+def test_contamination_is_an_error_before_any_training(tmp_path):
+    path = _write(tmp_path / "m.jsonl", [{"question": "What is 100 plus 1?", "gold": "101"}])
+    done = _check(_project(tmp_path, {"path": str(path), "kind": "math",
+                                      "columns": {"question": "prompt", "gold": "answer"}}, {}))
+    assert done.returncode == 2 and "contaminates evaluation" in done.stderr
+
