@@ -17,8 +17,7 @@ def _cmd_run(args) -> int:
     load_config(args.config)  # a bad config fails here, naming the field, before any server starts
     from posttrain.serverproc import prefect_api
 
-    import contextlib
-    with contextlib.nullcontext():
+    with prefect_api():  # without PREFECT_API_URL, a server that dies with this process
         from flows.pipeline import pipeline
 
         state = pipeline(config_path=str(Path(args.config).absolute()), stages=args.stages, seed=args.seed,
