@@ -1,5 +1,5 @@
 # `make run`: set up (if needed) and run the whole pipeline on the embedded default.
-# `make test`: set up (if needed) and run the test suite.
+# `make test`: set up (if needed) and run the test suite (`make test-all`: with the slow end-to-end tests).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := 1
 export PREFECT_HOME := $(CURDIR)/.prefect
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup run test clean ui
+.PHONY: setup run test test-all clean ui
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -30,6 +30,9 @@ run: setup
 	$(VENV)/bin/posttrain run --config configs/default.yaml --on-gate-failure continue
 
 test: setup
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: setup
 	$(PY) -m pytest -q
 
 # `make ui`: a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) plus the served

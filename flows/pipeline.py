@@ -32,7 +32,7 @@ from prefect.runtime import flow_run  # noqa: E402
 
 from posttrain.attempts import finish_attempt, start_attempt  # noqa: E402
 from posttrain.checkpoint import is_intact  # noqa: E402
-from posttrain.config import STAGES, PipelineConfig, StageName, config_hash, load_config  # noqa: E402
+from posttrain.config import STAGES, PipelineConfig, StageName, config_hash, load_config, served_config_path  # noqa: E402
 from posttrain.gates import carried_checks, judge  # noqa: E402
 from posttrain.liveness import running_process  # noqa: E402
 from posttrain.registry import Registry  # noqa: E402
@@ -202,8 +202,7 @@ def pipeline(
     parent on). seed: overrides the config's seed. force: recompute even cached stages.
     """
     started = time.time()
-    cfg = load_config(config_path if Path(config_path).is_absolute() else PROJECT_ROOT / config_path,
-                      overrides={"seed": seed} if seed is not None else None)
+    cfg = load_config(served_config_path(config_path, PROJECT_ROOT), overrides={"seed": seed} if seed is not None else None)
     run_id = str(flow_run.get_id() or f"local-{int(started)}")
     run_dir = cfg.path(cfg.paths.runs) / run_id
     # A kill -9 leaves the flow run RUNNING on the API forever: recording which process runs this

@@ -29,6 +29,9 @@ from posttrain.env import configure_offline
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 configure_offline(PROJECT_ROOT)
 os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # UI trigger -> run start in ~2 s
+# A run triggered from the UI reads configs only from the project's configs/ unless the server's
+# environment names other folders (posttrain.config.served_config_path).
+os.environ.setdefault("POSTTRAIN_CONFIG_DIRS", str(PROJECT_ROOT / "configs"))
 
 from prefect import flow, get_run_logger, serve  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
@@ -40,10 +43,10 @@ ConfigPath = Annotated[str, Field(description="Pipeline YAML, relative to the pr
 
 
 def _open(config_path: str):
-    from posttrain.config import load_config
+    from posttrain.config import load_config, served_config_path
     from posttrain.registry import Registry
 
-    cfg = load_config(config_path if Path(config_path).is_absolute() else PROJECT_ROOT / config_path)
+    cfg = load_config(served_config_path(config_path, PROJECT_ROOT))
     return cfg, Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
 
 

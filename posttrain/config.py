@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -401,6 +402,17 @@ class PipelineConfig(Strict):
         return getattr(self.stages, name)
 
     @model_validator(mode="after")
+    def _world_relative_sources(self):
+        """A source path may start with `{paths.world}`: the embedded world's folder, wherever
+        `paths.world` puts it (the smoke config keeps its world under runs/)."""
+        sources = [s for role in self.data.roles().values() for s in role]
+        sources += [s for suite in self.data.eval for s in suite.sources]
+        for source in sources:
+            if source.path and source.path.startswith("{paths.world}"):
+                source.path = self.paths.world + source.path.removeprefix("{paths.world}")
+        return self
+
+    @model_validator(mode="after")
     def _gates_name_what_exists(self):
         """Every metric a gate reads is produced by an evaluation suite, and every stage it compares
         with runs before it: checked now, not after the stage has trained."""
@@ -461,6 +473,22 @@ def _non_finite(value, loc: tuple = ()) -> list[dict]:
     if isinstance(value, dict):
         return [p for k, v in value.items() for p in _non_finite(v, (*loc, k))]
     return []
+
+
+CONFIG_DIRS_ENV = "POSTTRAIN_CONFIG_DIRS"
+
+
+def served_config_path(config_path: str, project_root: Path) -> Path:
+    """The config a served deployment may read: relative paths resolve against the project, and
+    when the server's settings restrict them (POSTTRAIN_CONFIG_DIRS, `os.pathsep`-separated; `make
+    ui` sets it to the project's configs/), the resolved file (symlinks followed) must lie inside
+    one of those folders. Refused before the file is opened, so no error echoes its contents."""
+    path = Path(config_path) if Path(config_path).is_absolute() else project_root / config_path
+    allowed = [Path(d).resolve() for d in os.environ.get(CONFIG_DIRS_ENV, "").split(os.pathsep) if d]
+    if allowed and not any(path.resolve().is_relative_to(d) for d in allowed):
+        raise ConfigError(f"config_path {clip(str(config_path))} is outside the folders this server reads configs "
+                          f"from ({', '.join(map(str, allowed))}; {CONFIG_DIRS_ENV})")
+    return path
 
 
 def load_config(path: str | Path, project_root: Path | None = None, overrides: dict | None = None) -> PipelineConfig:

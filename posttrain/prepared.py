@@ -9,6 +9,8 @@ the first file is written: bad data stops the run before any work and leaves not
 """
 from __future__ import annotations
 
+import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,7 +82,7 @@ def prepare(cfg: PipelineConfig, out_dir: Path, stages: tuple[str, ...] | None =
     prepared = PreparedData(loaded=loaded)
     out_dir.mkdir(parents=True, exist_ok=True)
     for key, data in loaded.items():
-        tmp = out_dir / f".{key.replace(':', '-')}.jsonl.tmp-prepare"
+        tmp = out_dir / f".{key.replace(':', '-')}.jsonl.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # runs in parallel
         write_jsonl(data.rows, tmp)
         final = out_dir / f"{key.replace(':', '-')}-{file_md5(tmp)[:12]}.jsonl"
         tmp.replace(final)

@@ -87,7 +87,8 @@ class Services:
         self.ui = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.api,
                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-               "PREFECT_RUNNER_POLL_FREQUENCY": "2", "PYTHONUNBUFFERED": "1"}
+               "PREFECT_RUNNER_POLL_FREQUENCY": "2", "PYTHONUNBUFFERED": "1",
+               "POSTTRAIN_CONFIG_DIRS": str(work)}   # the served flows read the throw-away config only
         env.pop("POSTTRAIN_FAIL_STAGE", None)
         self.env = env
         self.server: subprocess.Popen | None = None

@@ -17,8 +17,6 @@ def write_smoke_config(root: Path, **stage_trainer: dict) -> Path:
     cfg = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
     cfg["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
                     "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
-    relocated = yaml.safe_dump(cfg["data"]).replace("runs/smoke/data/", "data/")
-    cfg["data"] = yaml.safe_load(relocated)
     for stage, trainer in stage_trainer.items():
         cfg["stages"][stage]["trainer"].update(trainer)
     path = root / "smoke.yaml"

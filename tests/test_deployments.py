@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, write_smoke_config
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -58,15 +58,13 @@ def served(tmp_path_factory):
     """(api_url, smoke project dir) with a server and `python -m flows.serve` running."""
     home = tmp_path_factory.mktemp("prefect-home")
     project = tmp_path_factory.mktemp("project")
-    cfg = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
-    cfg["paths"] = {"world": "data", "runs": "runs", "registry": "runs/registry",
-                    "data_store": "runs/data-store", "dvc_remote": "runs/dvc-remote"}
-    (project / "smoke.yaml").write_text(yaml.safe_dump(cfg))
+    write_smoke_config(project)
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
+           "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+           "POSTTRAIN_CONFIG_DIRS": str(project)}   # the served flows read configs from the test's project only
     env.pop("PREFECT_API_URL", None)
     env.pop("POSTTRAIN_FAIL_STAGE", None)
     server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
@@ -168,6 +166,18 @@ def test_out_of_range_parameters_are_rejected_at_creation(served):
     url, project, _ = served
     with pytest.raises(Exception, match="seed|greater than or equal"):
         _run("posttrain-pipeline/pipeline", timeout=0, config_path=str(project / "smoke.yaml"), seed=-1)
+
+
+def test_a_served_run_reads_no_config_outside_the_allowed_folders_and_echoes_none(served, tmp_path):
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("token: hunter2-canary\n")
+    for path in (str(secret), "../../etc/passwd"):
+        refused = _run("posttrain-pipeline/pipeline", timeout=300, config_path=path)
+        message = refused.state.message or ""
+        assert refused.state.is_failed() and "outside the folders this server reads configs from" in message
+        assert "hunter2-canary" not in message and "root:" not in message
+    refused = _run("posttrain-promote/promote", timeout=300, version="1", config_path=str(secret))
+    assert refused.state.is_failed() and "hunter2-canary" not in (refused.state.message or "")
 
 
 def test_resume_of_a_failed_deployment_run_is_picked_up_by_the_runner(served, capsys):

@@ -162,3 +162,19 @@ def test_later_gates_carry_every_checked_capability_unless_opted_out_with_a_reas
     assert opted.passed and any(c.detail == "not needed" for c in opted.checks)
     with pytest.raises(ValueError, match="needs a reason"):
         GateConfig(opt_out={"math/accuracy": " "})
+
+
+def test_served_configs_must_lie_in_the_allowed_folders_symlinks_followed(tmp_path, monkeypatch):
+    from posttrain.config import served_config_path
+
+    configs, outside = tmp_path / "configs", tmp_path / "outside.yaml"
+    configs.mkdir()
+    (configs / "ok.yaml").write_text("seed: 1\n")
+    outside.write_text("seed: 2\n")
+    (configs / "link.yaml").symlink_to(outside)
+    assert served_config_path("configs/ok.yaml", tmp_path) == configs / "ok.yaml"   # no restriction set
+    monkeypatch.setenv("POSTTRAIN_CONFIG_DIRS", str(configs))
+    assert served_config_path("configs/ok.yaml", tmp_path) == configs / "ok.yaml"
+    for bad in (str(outside), "configs/../outside.yaml", "configs/link.yaml"):
+        with pytest.raises(ConfigError, match="outside the folders"):
+            served_config_path(bad, tmp_path)

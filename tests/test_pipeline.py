@@ -26,8 +26,15 @@ def smoke_project(tmp_path_factory):
     return root
 
 
+CANARY = "posttrain-canary-secret-6d1f"
+
+
 def _run(project, monkeypatch, fail_stage=None, **kwargs):
     from flows.pipeline import FAIL_STAGE_ENV, pipeline
+
+    # secrets live in the environment: none may reach a report, a tag, a log or a dataset
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CANARY)
 
     if fail_stage:
         monkeypatch.setenv(FAIL_STAGE_ENV, fail_stage)
@@ -86,6 +93,9 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     assert registry.get(registry.alias("candidate-distillation"))["stage"] == "distillation"
     digests = [(v["stage"], v["tags"]["digest"]) for v in registry.versions()]
     assert len(digests) == len(set(digests)), "a cached stage was registered twice"
+
+    leaked = [str(f) for f in smoke_project.rglob("*") if f.is_file() and CANARY.encode() in f.read_bytes()]
+    assert not leaked, leaked
 
     # produced datasets are DVC-tracked and restorable
     from posttrain.datasets import DatasetStore
