@@ -16,26 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, write_smoke_config
+from conftest import ROOT
 from posttrain import cli
 from posttrain.config import STAGES
+from test_pipeline import prefect_harness, smoke_project  # noqa: F401  (fixtures: one server, one project)
 
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("project")
-    write_smoke_config(root)
-    return root
 
 
 def posttrain(capsys, *argv: str) -> tuple[int, str, str]:
@@ -55,7 +41,8 @@ def ran(run_dir: Path, stage: str) -> bool:
     return (run_dir / stage / "attempt.json").is_file()
 
 
-def test_run_stages_runs_only_those_and_reports_the_others_skipped(harness, project, capsys):
+def test_run_stages_runs_only_those_and_reports_the_others_skipped(prefect_harness, smoke_project, capsys):
+    project = smoke_project
     config = str(project / "smoke.yaml")
     code, out, err = posttrain(capsys, "run", "--config", config, "--stages", "cold_start_sft", "reasoning_rl")
     assert code == 0, err
@@ -71,7 +58,8 @@ def test_run_stages_runs_only_those_and_reports_the_others_skipped(harness, proj
         (run_dir / "report.md").read_text()
 
 
-def test_run_force_recomputes_cached_stages(harness, project, capsys):
+def test_run_force_recomputes_cached_stages(prefect_harness, smoke_project, capsys):
+    project = smoke_project
     config = str(project / "smoke.yaml")
     for _ in range(2):  # the second run at the latest finds cold_start_sft (and base's evaluation) cached
         code, _, err = posttrain(capsys, "run", "--config", config, "--stages", "cold_start_sft")
@@ -93,8 +81,9 @@ def test_run_force_recomputes_cached_stages(harness, project, capsys):
     assert forced["cold_start_sft"]["checkpoint"]["digest"] == cached_digest
 
 
-def test_on_gate_failure_continue_runs_the_chain_exits_non_zero_and_rejects_the_checkpoint(harness, project,
-                                                                                           capsys):
+def test_on_gate_failure_continue_runs_on_exits_non_zero_and_rejects_the_checkpoint(prefect_harness, smoke_project,
+                                                                                     capsys):
+    project = smoke_project
     assert "posttrain run --config configs/default.yaml --on-gate-failure continue" in (ROOT / "Makefile").read_text()
     cfg = yaml.safe_load((project / "smoke.yaml").read_text())
     cfg["stages"]["cold_start_sft"]["gate"] = {"targets": [{"metric": "math/format", "min": 1.01}], "regression": []}
