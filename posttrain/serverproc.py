@@ -61,6 +61,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _bindable(port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def healthy(api_url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(f"{api_url}/health", timeout=timeout) as response:
@@ -109,7 +118,7 @@ class PrefectServer:
             self.port = chosen or free_port()
             self.process = self._spawn()
             while time.monotonic() < deadline:
-                if healthy(self.api_url):
+                if healthy(self.api_url) and self.process.poll() is None:  # ours, not one that took the port
                     return self.api_url
                 if self.process.poll() is not None:
                     break
@@ -120,8 +129,8 @@ class PrefectServer:
                 raise ServerError(f"the temporary Prefect server on 127.0.0.1:{self.port} did not answer "
                                   f"{self.api_url}/health within {timeout:.0f} s (its output is above); "
                                   "set PREFECT_API_URL to use a running server instead")
-            if chosen is not None or time.monotonic() >= deadline:
-                break
+            if chosen is not None or time.monotonic() >= deadline or _bindable(self.port):
+                break  # not a port taken by another process between free_port() and the bind
         raise ServerError(f"the temporary Prefect server exited with code {self.process.returncode} before "
                           f"answering on 127.0.0.1:{self.port} (its output is above); set PREFECT_API_URL "
                           "to use a running server instead")
@@ -170,8 +179,10 @@ def prefect_api() -> Iterator[str]:
     prefect.context.refresh_global_settings_context()
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield url
-            _drain_prefect_workers()
+            try:
+                yield url
+            finally:
+                _drain_prefect_workers()
     finally:
         server.stop()
         if previous is None:

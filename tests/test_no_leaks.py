@@ -261,3 +261,28 @@ def test_resume_stops_its_server_at_exit_and_when_killed(tmp_path):
         assert not survivors, f"alive {GONE_WITHIN_S:.0f} s after kill -9 of resume: {survivors}"
     finally:
         watch.cleanup()
+
+
+def test_a_server_that_does_not_come_up_is_a_clear_error(tmp_path):
+    """A database the server cannot open: `posttrain run` stops before any work with one error line
+    saying so, and leaves no process behind."""
+    config = write_smoke_config(tmp_path)
+    token = uuid.uuid4().hex
+    env = _env(token, PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{tmp_path}/missing/dir/prefect.db")
+    log = tmp_path / "run.log"
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "run", "--config", str(config)], cwd=ROOT,
+                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    watch = Watch(proc, token)
+    try:
+        while proc.poll() is None:
+            watch.look()
+            time.sleep(0.1)
+        last = log.read_text().strip().splitlines()[-1]
+        assert proc.returncode == 2, log.read_text()[-3000:]
+        assert last.startswith("error: the temporary Prefect server exited with code ") and \
+            "set PREFECT_API_URL to use a running server instead" in last, last
+        assert not (tmp_path / "runs").exists()  # nothing ran
+        assert not _alive(watch.seen | _carrying(token))
+    finally:
+        watch.cleanup()
