@@ -295,12 +295,13 @@ def _run_chain(cfg: PipelineConfig, config_path: str, run_id: str, run_dir: Path
                     "parent_digest": current.digest, "datasets": json.dumps(dataset_tags),
                     "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
             # A stage reused from the cache is already registered: one version per checkpoint.
-            version = next((v["version"] for v in registry.versions() if v["stage"] == name
-                            and v["tags"].get("digest") == result.checkpoint.digest), None)
+            version = registry.find(name, result.checkpoint.digest)
+            created = False
             if version is None:
                 run_id_mlflow = None if cached else registry.log_training(
                     name, cfg.stage(name).model_dump(mode="json"), result.train_log, tags)
-                version = registry.register(name, result.checkpoint, tags, run_id=run_id_mlflow)
+                version, created = registry.register_once(name, result.checkpoint, tags, run_id=run_id_mlflow)
+            if created:
                 registry.record_gate(version, verdict)
             else:
                 recorded = registry.get(version)["tags"].get("gate")

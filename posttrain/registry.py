@@ -158,21 +158,35 @@ class Registry:
         ``num_parameters``.  ``stage``/``digest`` always reflect the arguments.  Tag keys may hold
         alphanumerics, ``_ - . / :`` and spaces (MLflow's rule); values are stringified.
         """
-        source = str(Path(checkpoint.path).expanduser().resolve())
+        with self._mutation():
+            return self._create_version(stage, checkpoint, tags, run_id)
+
+    def _create_version(self, stage: str, checkpoint: CheckpointRef, tags: Mapping[str, str],
+                        run_id: str | None) -> str:
         all_tags = {str(k): _tag_value(v) for k, v in tags.items()}
         all_tags["stage"] = stage
         all_tags["digest"] = checkpoint.digest
         if checkpoint.num_parameters is not None:
             all_tags.setdefault("num_parameters", str(checkpoint.num_parameters))
-        with self._mutation():
-            mv = self.client.create_model_version(
-                name=self.model_name,
-                source=source,
-                run_id=run_id,
-                tags=all_tags,
-                await_creation_for=0,
-            )
+        mv = self.client.create_model_version(name=self.model_name, source=str(Path(checkpoint.path).expanduser().resolve()),
+                                              run_id=run_id, tags=all_tags, await_creation_for=0)
         return str(mv.version)
+
+    def register_once(self, stage: str, checkpoint: CheckpointRef, tags: Mapping[str, str],
+                      run_id: str | None = None) -> tuple[str, bool]:
+        """(version, created): the version of this stage's checkpoint, registered now unless it
+        already is. Look-up and creation happen under one lock, so two runs of one project that
+        finish the same stage at once register it once."""
+        with self._mutation():
+            existing = self.find(stage, checkpoint.digest)
+            if existing is not None:
+                return existing, False
+            return self._create_version(stage, checkpoint, tags, run_id), True
+
+    def find(self, stage: str, digest: str) -> str | None:
+        """The version registered for this stage's checkpoint digest, if any."""
+        return next((v["version"] for v in self.versions() if v["stage"] == stage and v["tags"].get("digest") == digest),
+                    None)
 
     def record_gate(self, version: str, verdict: GateVerdict) -> None:
         """Tag the gate outcome; a pass moves ``candidate-<stage>`` here, a fail rejects.

@@ -57,11 +57,7 @@ def store(tmp_path):
 def test_track_file_md5_is_dvcs_and_restore_is_bit_identical(store, tmp_path):
     src = _write_jsonl(tmp_path / "out" / "sft.jsonl", rows=10_000)  # ~1.1 MB
     assert src.stat().st_size > 1_000_000
-    t0 = time.perf_counter()
-    ref = store.track(src, "rejection_sampling/sft.jsonl", rows=10_000)
-    elapsed = time.perf_counter() - t0
-    print(f"track of {src.stat().st_size / 1e6:.1f} MB jsonl: {elapsed:.2f}s")
-    assert elapsed < 5.0  # ~0.3-0.7 s here; generous bound for a shared CPU
+    ref = store.track(src, "rejection_sampling/sft.jsonl", rows=10_000)   # its speed: bench/dataset_store.py
 
     assert ref == DatasetRef(name="rejection_sampling/sft.jsonl",
                              path="datasets/rejection_sampling/sft.jsonl",

@@ -220,3 +220,32 @@ def test_metric_names_mlflow_refuses_are_spelled_out_and_stay_distinct(tmp_path)
                                                          "sampler/success/L1*": 0.25}], {})
     logged = registry.client.get_run(run_id).data.metrics
     assert logged == {"sampler/success/L1_plus_": 0.5, "sampler/success/L1_times_": 0.25}
+
+
+def _register_once_in_a_process(root: str, digest: str, queue) -> None:
+    from posttrain.registry import Registry
+    from posttrain.schema import CheckpointRef
+
+    registry = Registry(Path(root), model_name="posttrain-race")
+    queue.put(registry.register_once("cold_start_sft", CheckpointRef(path=root, digest=digest), {"flow_run": "r"}))
+
+
+def test_two_runs_finishing_the_same_stage_at_once_register_it_once(tmp_path):
+    """Two runs of one project reach the same checkpoint together: one version, found by both."""
+    import multiprocessing
+
+    from posttrain.registry import Registry
+
+    Registry(tmp_path, model_name="posttrain-race")   # created once, as a run's start does
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_register_once_in_a_process, args=(str(tmp_path), "sha256:same", queue))
+               for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    results = [queue.get(timeout=10) for _ in workers]
+    assert len({version for version, _ in results}) == 1
+    assert sorted(created for _, created in results) == [False, False, False, True]
+    assert len(Registry(tmp_path, model_name="posttrain-race").versions()) == 1
