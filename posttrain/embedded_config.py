@@ -5,6 +5,8 @@ a pipeline on a user's own model and data never loads it.
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -50,8 +52,9 @@ class PretrainConfig(BaseModel):
 class WorldConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = 1234
-    levels: list[int] = [1, 2]  # math difficulty levels (posttrain.world.tasks.LEVELS) of train and eval
+    seed: int = Field(1234, ge=0)
+    # math difficulty levels (posttrain.world.tasks.LEVELS: 1 to 3) of train and eval
+    levels: list[Annotated[int, Field(ge=1, le=3)]] = Field([1, 2], min_length=1)
     corpus: CorpusConfig = CorpusConfig()
     math_train: int = Field(20000, ge=100)
     direct_train: int = Field(4000, ge=10)

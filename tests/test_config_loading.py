@@ -5,6 +5,7 @@ directories."""
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 from pydantic import ValidationError
@@ -82,6 +83,9 @@ def test_finite_numbers_also_when_models_are_built_in_code():
     ("stages:\n  general_rl:\n    trainer: {epsilon: 1.5}", 3, "stages.general_rl.trainer.epsilon"),
     ("stages:\n  general_rl:\n    trainer: {epsilon_high: 0}", 3, "stages.general_rl.trainer.epsilon_high"),
     ("paths:\n  runs: ''", 2, "paths.runs"),
+    ("world:\n  seed: -1", 2, "world.seed"),
+    ("world:\n  levels: []", 2, "world.levels"),
+    ("world:\n  levels: [1, 4]", 2, "world.levels.1"),
 ])
 def test_numbers_and_paths_out_of_range_are_refused(tmp_path, setting, line, field):
     message = _error(_write(tmp_path, f"name: t\n{setting}\n"))
@@ -93,6 +97,14 @@ def test_in_range_values_still_load(tmp_path):
                                        "  reasoning_rl:\n    trainer: {epsilon_high: null}\n"))
     assert cfg.stages.cold_start_sft.trainer.max_steps == -1
     assert cfg.stages.reasoning_rl.trainer.epsilon_high is None
+
+
+def test_world_levels_accepted_are_the_levels_the_world_defines(tmp_path):
+    from posttrain.world.tasks import LEVELS
+
+    cfg = load_config(_write(tmp_path, f"world: {{levels: {sorted(LEVELS)}}}\n"))
+    assert cfg.world.levels == sorted(LEVELS)
+    assert "world.levels.0" in _error(_write(tmp_path, f"world: {{levels: [{max(LEVELS) + 1}]}}\n", "more.yaml"))
 
 
 @pytest.mark.parametrize("text, key, first, second", [
@@ -206,9 +218,13 @@ def test_cli_run_exits_2_with_one_line(tmp_path, text):
 
 
 @pytest.mark.parametrize("content", ["", b"name: x\n\xff\n", "a: 1\na: 2\n", "- 1\n"])
-def test_cli_run_exits_2_with_one_line_in_process(tmp_path, capsys, content):
+def test_cli_run_exits_2_with_one_line_in_process(tmp_path, capsys, monkeypatch, content):
     from posttrain.cli import main
 
+    def started(**kwargs):
+        raise AssertionError("the pipeline started on a config that should have been refused")
+
+    monkeypatch.setitem(sys.modules, "flows.pipeline", types.SimpleNamespace(pipeline=started))
     assert main(["run", "--config", str(_write(tmp_path, content))]) == 2
     _one_short_line(capsys.readouterr().err.strip())
     assert main(["run", "--config", str(tmp_path)]) == 2
