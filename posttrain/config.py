@@ -73,7 +73,7 @@ class EvalSampling(Strict):
     samples: int = Field(1, ge=1)
     temperature: float = Field(0.6, gt=0)
     top_p: float = Field(0.95, gt=0, le=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
 
 
 class EvalSuiteConfig(Strict):
@@ -142,7 +142,7 @@ class GateTarget(Strict):
     max: float | None = None
     above: str | None = None
     not_below: str | None = None
-    ratio_min: float | None = None
+    ratio_min: float | None = Field(None, gt=0)
     of: str | None = None
 
     @model_validator(mode="after")
@@ -264,14 +264,20 @@ class ColdStartSFTConfig(Strict):
 class RewardWeights(Strict):
     """Weight of each reward in the registry (posttrain.rewards); 0 leaves it out."""
 
-    correctness: float = 1.0
-    format: float = 0.2
-    mode: float = 0.0        # /think vs /no_think compliance on every row (format needs a boxed answer)
-    language_consistency: float = 0.0
-    instruction: float = 0.0
-    length: float = 0.0      # Kimi k1.5 length reward, per prompt group
-    overlong: float = 0.0    # DAPO soft overlong punishment
-    code: float = 0.0
+    correctness: float = Field(1.0, ge=0)
+    format: float = Field(0.2, ge=0)
+    mode: float = Field(0.0, ge=0)        # /think vs /no_think compliance on every row (format needs a boxed answer)
+    language_consistency: float = Field(0.0, ge=0)
+    instruction: float = Field(0.0, ge=0)
+    length: float = Field(0.0, ge=0)      # Kimi k1.5 length reward, per prompt group
+    overlong: float = Field(0.0, ge=0)    # DAPO soft overlong punishment
+    code: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _something_to_learn(self):
+        if not any(v > 0 for v in self.model_dump().values()):
+            raise ValueError("every reward weight is 0: the stage would learn nothing")
+        return self
 
 
 class RewardSettings(Strict):
@@ -383,7 +389,7 @@ class PathsConfig(Strict):
 
 class PipelineConfig(Strict):
     name: str = "default"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)   # numpy's seed range (transformers.set_seed)
     paths: PathsConfig = PathsConfig()
     world: WorldConfig = WorldConfig()
     base: BaseModelConfig = BaseModelConfig()

@@ -7,45 +7,52 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class CorpusConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    math_documents: int = 30000
-    direct_documents: int = 3000
-    mixed_language_share: float = 0.3   # of Chinese solutions with English steps mixed in
-    mixed_step_share: float = 0.4        # of steps switched inside such a solution
-    levels: list[int] = [1, 2]
-    word_share: float = 0.3              # word problems vs bare expressions
+    math_documents: int = Field(30000, ge=1)
+    direct_documents: int = Field(3000, ge=1)
+    mixed_language_share: float = Field(0.3, ge=0, le=1)   # of Chinese solutions with English steps mixed in
+    mixed_step_share: float = Field(0.4, ge=0, le=1)        # of steps switched inside such a solution
+    levels: list[Annotated[int, Field(ge=1, le=3)]] = Field([1, 2], min_length=1)
+    word_share: float = Field(0.3, ge=0, le=1)              # word problems vs bare expressions
 
 
 
 class Architecture(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    hidden_size: int = 256
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 768
-    max_position_embeddings: int = 512
+    hidden_size: int = Field(256, ge=1)
+    num_hidden_layers: int = Field(4, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(768, ge=1)
+    max_position_embeddings: int = Field(512, ge=1)
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads, and num_attention_heads of "
+                             "num_key_value_heads")
+        return self
 
 
 
 class PretrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = 600
-    batch_size: int = 24
-    sequence_length: int = 192
-    learning_rate: float = 3e-3
-    warmup_steps: int = 30
-    weight_decay: float = 0.01
-    threads: int = 2
-    probe_problems: int = 200
-    probe_every: int = 0  # also probe held-out accuracy every N steps (learning-curve record)
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(24, ge=1)
+    sequence_length: int = Field(192, ge=8)
+    learning_rate: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(30, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    threads: int = Field(2, ge=1)
+    probe_problems: int = Field(200, ge=1)
+    probe_every: int = Field(0, ge=0)  # also probe held-out accuracy every N steps (learning-curve record)
 
 
 

@@ -62,7 +62,7 @@ class SourceConfig(BaseModel):
     language: str | None = None            # language of rows that have no `language` column
     thinking: bool | None = None           # mode of rows that have no `thinking` column
     limit: int | None = Field(None, ge=1)  # first N rows (after shuffling, when shuffle_seed is set)
-    shuffle_seed: int | None = None
+    shuffle_seed: int | None = Field(None, ge=0)
     weight: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")

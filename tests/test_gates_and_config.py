@@ -178,3 +178,19 @@ def test_served_configs_must_lie_in_the_allowed_folders_symlinks_followed(tmp_pa
     for bad in (str(outside), "configs/../outside.yaml", "configs/link.yaml"):
         with pytest.raises(ConfigError, match="outside the folders"):
             served_config_path(bad, tmp_path)
+
+
+@pytest.mark.parametrize("yaml_text,field", [
+    ("seed: -1", "seed"), ("seed: 8589934592", "seed"),
+    ("stages: {general_rl: {rewards: {correctness: 0, format: 0}}}", "rewards"),
+    ("stages: {reasoning_rl: {rewards: {format: -0.2}}}", "rewards.format"),
+    ("base: {teacher_architecture: {hidden_size: 250, num_attention_heads: 4}}", "teacher_architecture"),
+    ("base: {pretrain: {steps: 0}}", "pretrain.steps"),
+    ("world: {corpus: {word_share: 1.5}}", "corpus.word_share"),
+    ("stages: {distillation: {gate: {targets: [{metric: stage.kept_rows, ratio_min: 0, of: parent}]}}}", "ratio_min"),
+])
+def test_numbers_out_of_their_range_are_refused_naming_the_field(tmp_path, yaml_text, field):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text + "\n")
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(path)
