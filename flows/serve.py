@@ -29,9 +29,6 @@ from posttrain.env import configure_offline
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 configure_offline(PROJECT_ROOT)
 os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # UI trigger -> run start in ~2 s
-# A run triggered from the UI reads configs only from the project's configs/ unless the server's
-# environment names other folders (posttrain.config.served_config_path).
-os.environ.setdefault("POSTTRAIN_CONFIG_DIRS", str(PROJECT_ROOT / "configs"))
 
 from prefect import flow, get_run_logger, serve  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
@@ -140,6 +137,9 @@ def deployments() -> list:
 
 
 def main() -> None:
+    # A run triggered from the UI reads configs only from the project's configs/ unless the server's
+    # environment names other folders (posttrain.config.served_config_path).
+    os.environ.setdefault("POSTTRAIN_CONFIG_DIRS", str(PROJECT_ROOT / "configs"))
     # No run limit by default: a promote or rollback must not wait for a training run to finish.
     limit = os.environ.get("POSTTRAIN_SERVE_LIMIT")
     serve(*deployments(), limit=int(limit) if limit else None)

@@ -23,8 +23,8 @@ from posttrain.rewards.language import language_share
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult
 
 # Part of the evaluation cache key: bump when a metric's definition changes, so cached verdicts of
-# the old definition are not reused (eval/3: suites and metric names from the config).
-EVAL_VERSION = "eval/3"
+# the old definition are not reused (eval/4: a truncated reply scores 0).
+EVAL_VERSION = "eval/4"
 
 
 def reasoning_consistency(response: str, language: str) -> float:
@@ -61,7 +61,9 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
     with_reasoning, by_language = [], {}
     for row, gens in zip(rows, generations, strict=True):
         thinking = row_mode(suite, row)
-        scores = [verify_row(g.text, row)[0] for g in gens]
+        # A reply cut off at the token budget never ended: it earns nothing, whatever it met so far
+        # (an untrained base rambling to the budget met instruction constraints 21% of the time).
+        scores = [0.0 if g.truncated else verify_row(g.text, row)[0] for g in gens]
         items["accuracy"].append(_mean(scores))
         items["format"].append(_mean([float(format_ok(g.text, thinking is not False)) for g in gens]))
         items["mode_compliance"].append(_mean([float(mode_ok(g.text, thinking=False)) for g in gens]))

@@ -1,7 +1,8 @@
 """Character-level tokenizer for the embedded world.
 
 Every digit and every CJK character is its own token: byte-level BPE merges digits, and a tiny model
-then cannot learn column arithmetic (measured: shared/docs/FACTS.md). `<think>`/`</think>` are added
+then cannot learn column arithmetic (measured: after 60 s of pretraining a 3.1M model with a byte-level
+BPE wrote `\\boxed{}` in 95% of samples but was almost never right). `<think>`/`</think>` are added
 tokens but NOT special, as in Qwen3, so decoding with skip_special_tokens keeps them and the format
 and language rewards can see the think block.
 """
