@@ -21,7 +21,7 @@ from posttrain import cli
 from posttrain.config import STAGES
 from test_pipeline import prefect_harness, smoke_project  # noqa: F401  (fixtures: one server, one project)
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # make test-all and CI run it
 
 
 def posttrain(capsys, *argv: str) -> tuple[int, str, str]:

@@ -21,7 +21,7 @@ import yaml
 
 from conftest import ROOT, write_smoke_config
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]  # make test-all and CI run it
 
 
 def _free_port() -> int:

@@ -31,7 +31,7 @@ from conftest import ROOT, write_smoke_config
 from posttrain.attempts import read_attempt
 from test_deployments import _free_port, _stop, _wait_healthy
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]  # make test-all and CI run it
 
 STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft", "general_rl", "distillation")
 SEED = int(os.environ.get("POSTTRAIN_FAULT_SEED", "20261129"))

@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT, write_smoke_config
 from posttrain.liveness import identify
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # make test-all and CI run it
 
 TOKEN_ENV = "POSTTRAIN_LEAK_TEST_TOKEN"
 GONE_WITHIN_S = 15.0  # a leak is forever; this only bounds the wait for the kernel and the watchers

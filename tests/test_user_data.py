@@ -103,6 +103,7 @@ def test_a_stage_handed_zero_usable_rows_stops_with_a_clear_message(tmp_path, us
     assert not (tmp_path / "stage" / "checkpoint").exists()
 
 
+@pytest.mark.slow   # a second pipeline run: make test-all and CI run it
 def test_changing_one_data_file_reruns_only_the_stage_that_reads_it_and_lineage_names_its_hash(user_project):
     root, config, first = user_project
     with open(root / "data" / "distill.jsonl", "a", encoding="utf-8") as f:
