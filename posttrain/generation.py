@@ -17,10 +17,6 @@ class Generation:
     truncated: bool    # hit max_new_tokens without eos
 
 
-def render_chat_prompts(tokenizer, conversations: list[list[dict]]) -> list[str]:
-    return [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
-
-
 def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[list[dict], bool | None]],
                      **options) -> list[list[Generation]]:
     """Replies to (conversation, thinking mode) requests, rendered the way the model family reads

@@ -206,21 +206,16 @@ def _dvc_stale_stages(root: Path, env: dict) -> list[str]:
 
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
-    """The starting checkpoint: the embedded base, or the configured real model (HF id / path)."""
+    """The embedded world's pretrained base (teacher) or student base. (A configured model of the
+    user's own is located by flows.pipeline.base_checkpoint.)"""
     from posttrain.checkpoint import directory_digest
 
     paths = WorldPaths(cfg.path(cfg.paths.world))
-    location = cfg.base.model if which == "teacher" else cfg.base.student
-    if location == "embedded":
-        directory = paths.base if which == "teacher" else paths.student_base
-        if not (directory / "config.json").exists():
-            raise FileNotFoundError(f"base model {directory} is missing; build it with `dvc repro` "
-                                    f"(or `posttrain world base --which {which}`)")
-        return CheckpointRef(path=str(directory), digest=directory_digest(directory))
-    local = Path(location)
-    if local.is_dir():
-        return CheckpointRef(path=str(local.absolute()), digest=directory_digest(local))
-    return CheckpointRef(path=location, digest=f"hub:{location}")
+    directory = paths.base if which == "teacher" else paths.student_base
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(f"base model {directory} is missing; build it with `dvc repro` "
+                                f"(or `posttrain world base --which {which}`)")
+    return CheckpointRef(path=str(directory), digest=directory_digest(directory))
 
 
 # Each role file takes its own share of a generated pool, so stages do not train on one another's
