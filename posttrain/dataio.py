@@ -40,27 +40,35 @@ def write_jsonl(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def jsonl_rows(path: Path):
+    """(line number, row) of each non-blank line; a line that is not UTF-8, not JSON or not an
+    object raises DatasetError naming file, line and column."""
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{path}:{line_no}:{exc.start + 1}: not UTF-8 ({exc.reason})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{line_no}:{exc.colno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            yield line_no, row
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
     """Rows of a JSON-lines file; a bad row raises DatasetError naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"dataset {path} is missing")
     rows = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        try:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{line_no}:{exc.colno}: not valid JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise DatasetError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-                missing = [k for k in required if k not in row]
-                if missing:
-                    raise DatasetError(f"{path}:{line_no}: missing column(s) {', '.join(missing)}")
-                rows.append(row)
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{path}: not UTF-8 text (byte {exc.start} of a line: {exc.reason})") from None
+    for line_no, row in jsonl_rows(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise DatasetError(f"{path}:{line_no}: missing column(s) {', '.join(missing)}")
+        rows.append(row)
     return rows

@@ -34,7 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from posttrain.chat import THINK_OPEN, assemble_response
-from posttrain.dataio import DatasetError, read_jsonl
+from posttrain.dataio import DatasetError, jsonl_rows
 
 TaskKind = Literal["math", "instruction", "code", "direct"]
 TASK_KINDS: tuple[str, ...] = ("math", "instruction", "code", "direct")
@@ -144,7 +144,7 @@ def read_source(source: SourceConfig, root: Path) -> list[LocatedRow]:
     if not fmt:
         raise DatasetError(f"{path}: cannot tell the format from the name; set `format:` to one of {', '.join(FORMATS)}")
     if fmt == "jsonl":
-        return [LocatedRow(r, f"{path}:{i}") for i, r in _jsonl_rows(path)]
+        return [LocatedRow(r, f"{path}:{i}") for i, r in jsonl_rows(path)]
     if fmt == "json":
         return _read_json(path)
     from datasets import Dataset, DatasetDict, load_from_disk
@@ -167,24 +167,6 @@ def read_source(source: SourceConfig, root: Path) -> list[LocatedRow]:
     # CSV: the header is line 1, so data row i sits on line i + 2.
     where = (lambda i: f"{path}:{i + 2}") if fmt == "csv" else (lambda i: f"{path} row {i}")
     return [LocatedRow(dict(r), where(i)) for i, r in enumerate(data)]
-
-
-def _jsonl_rows(path: Path):
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetError(f"{path}:{line_no}:{exc.start + 1}: not UTF-8 ({exc.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{line_no}:{exc.colno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            yield line_no, row
 
 
 def _read_json(path: Path) -> list[LocatedRow]:
@@ -351,15 +333,19 @@ def _task_fields(kind: str, row: dict, where: str) -> dict:
         # A reference answer, where the data has one, tells the verifier what counts as content.
         reference = row.get("answer")
         return {"constraints": _constraints(row, where), **({"answer": str(reference)} if reference else {})}
-    tests = row.get("tests")
-    if isinstance(tests, str):
+    return {"tests": _json_list(row.get("tests"), where, "tests", "test cases (a code row)")}
+
+
+def _json_list(value, where: str, column: str, what: str) -> list:
+    """A non-empty list, given as such or as its JSON text."""
+    if isinstance(value, str):
         try:
-            tests = json.loads(tests)
+            value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: column 'tests' is not valid JSON ({exc.msg})") from None
-    if not isinstance(tests, list) or not tests:
-        raise DatasetError(f"{where}: column 'tests' must be a non-empty list of test cases (a code row)")
-    return {"tests": tests}
+            raise DatasetError(f"{where}: column {column!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, list) or not value:
+        raise DatasetError(f"{where}: column {column!r} must be a non-empty list of {what}")
+    return value
 
 
 def _constraints(row: dict, where: str) -> list[dict]:
@@ -369,21 +355,11 @@ def _constraints(row: dict, where: str) -> list[dict]:
     verifier = importlib.import_module("posttrain.rewards.instruction")
 
     if "instruction_id_list" in row and "constraints" not in row:   # IFEval / Tulu-3 form
-        converter = getattr(verifier, "constraints_from_ifeval", None)
-        if converter is None:
-            raise DatasetError(f"{where}: column 'instruction_id_list': the IFEval form is not supported yet")
         try:
-            return converter(row["instruction_id_list"], row.get("kwargs") or [])
+            return verifier.constraints_from_ifeval(row["instruction_id_list"], row.get("kwargs") or [])
         except ValueError as exc:
             raise DatasetError(f"{where}: column 'instruction_id_list': {exc}") from None
-    value = row.get("constraints")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: column 'constraints' is not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, list) or not value:
-        raise DatasetError(f"{where}: column 'constraints' must be a non-empty list of constraints (an instruction row)")
+    value = _json_list(row.get("constraints"), where, "constraints", "constraints (an instruction row)")
     try:
         verifier.validate_constraints(value)
     except ValueError as exc:
