@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from posttrain.env import configure_offline  # noqa: E402
 
-configure_offline(ROOT)
+configure_offline()
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from posttrain.env import configure_offline  # noqa: E402
 
-configure_offline(ROOT)
+configure_offline()
 
 from posttrain.config import STAGES, GateConfig, GatesConfig, RegressionCheck, load_config  # noqa: E402
 from posttrain.gates import carried_checks, judge  # noqa: E402

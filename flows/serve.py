@@ -27,7 +27,7 @@ from pydantic import Field
 from posttrain.env import configure_offline
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-configure_offline(PROJECT_ROOT)
+configure_offline()
 os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # UI trigger -> run start in ~2 s
 
 from prefect import flow, get_run_logger, serve  # noqa: E402

@@ -15,6 +15,7 @@ def _cmd_run(args) -> int:
     from posttrain.config import load_config
 
     load_config(args.config)  # a bad config fails here, naming the field, before any server starts
+    import flows  # noqa: F401  (Prefect's settings for this project, before Prefect is imported)
     from posttrain.serverproc import prefect_api
 
     with prefect_api():  # without PREFECT_API_URL, a server that dies with this process
@@ -437,6 +438,7 @@ def _cmd_resume(args) -> int:
     AwaitingRetry; a served deployment's runner then picks it up, otherwise it runs here, under the
     same flow run id, reusing cached stages.  A RUNNING run whose process was killed is first set
     Crashed (_crash_if_process_gone)."""
+    import flows  # noqa: F401  (Prefect's settings for this project, before Prefect is imported)
     from posttrain.serverproc import prefect_api
 
     with prefect_api():  # without PREFECT_API_URL, a server that dies with this process
@@ -596,7 +598,7 @@ _OPERATIONS = (_cmd_status, _cmd_promote, _cmd_rollback, _cmd_history, _cmd_line
 
 
 def main(argv: list[str] | None = None) -> int:
-    configure_offline(PROJECT_ROOT)
+    configure_offline()
     args = build_parser().parse_args(argv)
     from posttrain.config import ConfigError
     from posttrain.dataio import DatasetError

@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -17,10 +17,10 @@ from posttrain.sources import SourceConfig, TaskKind, _as_list
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 
-STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft", "general_rl",
-          "distillation")
+# The chain, in order: adding a stage is a name here, a `stages/<name>.py` and its config below.
 StageName = Literal["cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft",
                     "general_rl", "distillation"]
+STAGES: tuple[str, ...] = get_args(StageName)
 
 
 class Strict(BaseModel):

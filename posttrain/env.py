@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 OFFLINE_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
@@ -21,9 +20,6 @@ OFFLINE_DEFAULTS = {
 }
 
 
-def configure_offline(project_root: Path | None = None) -> None:
+def configure_offline() -> None:
     for key, value in OFFLINE_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    if project_root is not None:
-        # Keep Prefect's database with the project so `make ui` shows the runs `make run` made.
-        os.environ.setdefault("PREFECT_HOME", str(project_root / ".prefect"))

@@ -35,7 +35,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,11 @@ class Registry:
         self._ensure_model()
         self._experiment()
 
+    @classmethod
+    def for_config(cls, cfg) -> "Registry":
+        """The registry of a pipeline config: under `paths.registry`, model `posttrain-<name>`."""
+        return cls(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
+
     def _ensure_model(self) -> None:
         try:
             self.client.get_registered_model(self.model_name)
@@ -182,6 +187,24 @@ class Registry:
             if existing is not None:
                 return existing, False
             return self._create_version(stage, checkpoint, tags, run_id), True
+
+    def register_stage(self, stage: str, checkpoint: CheckpointRef, tags: Mapping[str, str], verdict: GateVerdict,
+                       log_training: Callable[[], str | None] | None = None) -> str:
+        """The version of a stage's checkpoint, with the gate verdict recorded on it: one version per
+        checkpoint however many runs reach it (a cached stage is already registered).
+        `log_training` (the MLflow run of the training, returning its id) is called only for a
+        checkpoint not yet registered.  A version whose process died between registration and its
+        verdict gets the verdict now; a stricter gate rejects a known checkpoint, while a passed
+        verdict never overrides a failed one (record_gate refuses)."""
+        version = self.find(stage, checkpoint.digest)
+        created = False
+        if version is None:
+            run_id = log_training() if log_training else None
+            version, created = self.register_once(stage, checkpoint, tags, run_id=run_id)
+        recorded = None if created else self.get(version)["tags"].get("gate")
+        if created or recorded is None or (not verdict.passed and recorded != GATE_FAILED):
+            self.record_gate(version, verdict)
+        return version
 
     def find(self, stage: str, digest: str) -> str | None:
         """The version registered for this stage's checkpoint digest, if any."""

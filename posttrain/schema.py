@@ -79,6 +79,42 @@ class StageResult(BaseModel):
     alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.RLAlerts)
 
 
+class StageEntry(BaseModel):
+    """One column of the report card: a stage of one run (or the base it started from)."""
+
+    name: str
+    status: Literal["passed", "failed", "skipped"] = "failed"
+    cached: bool = False
+    wall_s: float = 0.0
+    checkpoint: CheckpointRef | None = None
+    gate: GateVerdict | None = None
+    eval: dict[str, float] = Field(default_factory=dict)
+    eval_items: dict[str, int] = Field(default_factory=dict)
+    train_metrics: dict[str, float] = Field(default_factory=dict)
+    train_log: list[dict] = Field(default_factory=list)
+    policies: dict[str, str] = Field(default_factory=dict)
+    alerts: list[str] = Field(default_factory=list)
+    datasets: list[DatasetRef] = Field(default_factory=list)   # produced by the stage
+
+
+class RunReport(BaseModel):
+    """One pipeline run as `runs/<run_id>/report.json` holds it: what the report card, `posttrain
+    status` and the benches read."""
+
+    run_id: str
+    config: str = ""
+    wall_s: float = 0.0
+    sandbox: str = "not used"
+    stages: list[StageEntry] = Field(default_factory=list)
+
+    def stage(self, name: str) -> StageEntry | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    @classmethod
+    def read(cls, path: Path) -> "RunReport":
+        return cls.model_validate_json(Path(path).read_text())
+
+
 class ModelSettings(BaseModel):
     """How every stage loads and speaks to the models (from the config's `base:` section)."""
 
