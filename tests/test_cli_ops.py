@@ -221,7 +221,9 @@ def test_resume_retries_the_failed_run_in_place(harness, project, capsys, monkey
 
     from prefect.client.orchestration import get_client
 
-    monkeypatch.setitem(cli.FLOW_ENTRYPOINTS, "ops-flaky", "test_cli_ops:flaky")
+    from flows import commands
+
+    monkeypatch.setitem(commands.FLOW_ENTRYPOINTS, "ops-flaky", "test_cli_ops:flaky")
     cfg = project["config"]
     marker = project["root"] / "marker.txt"
     state = flaky(str(marker), return_state=True)
@@ -288,9 +290,10 @@ def test_resume_of_a_running_run_needs_its_process_provably_gone(harness, projec
     from prefect.client.orchestration import get_client
     from prefect.states import Pending, Running
 
+    from flows import commands
     from posttrain import liveness
 
-    monkeypatch.setitem(cli.FLOW_ENTRYPOINTS, "ops-killed", "test_cli_ops:killed")
+    monkeypatch.setitem(commands.FLOW_ENTRYPOINTS, "ops-killed", "test_cli_ops:killed")
     cfg = project["config"]
     with get_client(sync_client=True) as client:
         running = client.create_flow_run(killed, parameters={"config_path": cfg}, state=Running())

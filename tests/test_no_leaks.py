@@ -1,5 +1,5 @@
 """After kill -9 of a `posttrain run`, no process it started is left alive: not its temporary Prefect
-server (posttrain/serverproc.py), not the math verifier's sympy worker, not a code sandbox.
+server (flows/server.py), not the math verifier's sympy worker, not a code sandbox.
 
 A run's processes are found two ways: every descendant of the killed process, seen in /proc while
 it ran (a sandbox clears its environment), and every process whose environment carries a token set
