@@ -10,7 +10,7 @@ Deployments (flow name / deployment name):
     posttrain-rollback/rollback   move it back (posttrain.promotion.rollback)
     posttrain-evaluate/evaluate   evaluate a registered version against production; with
                                   auto_rollback, judge a new production against the previous one
-                                  and roll back on a significant regression (posttrain.promotion)
+                                  and roll back on a significant regression (posttrain.versus_production)
 
 Promote and rollback record ``flow-run:<id>`` as the actor in the production history and publish
 the history as a markdown artifact (key ``production-history``); evaluate publishes a table
@@ -19,19 +19,17 @@ artifact (key ``evaluation``).  Stopping this process pauses the deployments (Pr
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
-from posttrain.env import configure_offline
+from flows import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-configure_offline()
 os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # UI trigger -> run start in ~2 s
 
 from prefect import flow, get_run_logger, serve  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.runtime import flow_run  # noqa: E402
 
 from flows.pipeline import pipeline  # noqa: E402
 
@@ -44,7 +42,12 @@ def _open(config_path: str):
     from posttrain.registry import Registry
 
     cfg = load_config(served_config_path(config_path, PROJECT_ROOT))
-    return cfg, Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
+    return cfg, Registry.for_config(cfg)
+
+
+def _actor() -> str:
+    """Who moves production from a served flow, as the history records it."""
+    return f"flow-run:{flow_run.get_id()}"
 
 
 def history_markdown(registry, entry: dict | None = None) -> str:
@@ -81,7 +84,7 @@ def promote_flow(
     from posttrain import promotion
 
     _, registry = _open(config_path)
-    return _publish_move(registry, promotion.promote(registry, version, reason=reason, force=force))
+    return _publish_move(registry, promotion.promote(registry, version, reason=reason, force=force, actor=_actor()))
 
 
 @flow(name="posttrain-rollback", log_prints=False)
@@ -95,7 +98,7 @@ def rollback_flow(
     from posttrain import promotion
 
     _, registry = _open(config_path)
-    return _publish_move(registry, promotion.rollback(registry, to=to, reason=reason, force=force))
+    return _publish_move(registry, promotion.rollback(registry, to=to, reason=reason, force=force, actor=_actor()))
 
 
 @flow(name="posttrain-evaluate", log_prints=False)
@@ -109,10 +112,11 @@ def evaluate_flow(
 ) -> dict:
     """Evaluate a registered version on the held-out suites; paired comparison with production
     (or, with auto_rollback, with the previous production, rolling back on a significant regression)."""
-    from posttrain import promotion
+    from posttrain.versus_production import evaluate_version
 
     cfg, registry = _open(config_path)
-    out = promotion.evaluate_version(registry, cfg, version, against_production=compare, auto_rollback=auto_rollback)
+    out = evaluate_version(registry, cfg, version, against_production=compare, auto_rollback=auto_rollback,
+                           actor=_actor())
     if out["comparison"] is not None:
         table = [{"metric": r["metric"], f"v{out['version']}": r["new"], f"v{out['against']}": r["old"],
                   "diff": r["diff"], "ci_low": r["low"], "ci_high": r["high"], "paired": r["verdict"]}

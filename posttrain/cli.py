@@ -128,13 +128,26 @@ def _config(args):
     return load_config(args.config)
 
 
-def _registry(cfg, must_exist: bool = True):
+def _registry(cfg):
     from posttrain.registry import Registry
 
     root = cfg.path(cfg.paths.registry)
-    if must_exist and not (root / "mlflow.db").is_file():
+    if not (root / "mlflow.db").is_file():
         raise CLIError(f"no registry at {root} (run the pipeline with this config first)")
-    return Registry(root, model_name=f"posttrain-{cfg.name}")
+    return Registry.for_config(cfg)
+
+
+def _actor() -> str:
+    """Who moves production from this command, as the history records it: user@host."""
+    import getpass
+    import os
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
 
 
 def _table(rows: list[list], header: list[str]) -> str:
@@ -242,7 +255,7 @@ def _cmd_promote(args) -> int:
     from posttrain import promotion
 
     reg = _registry(_config(args))
-    _print_entry(promotion.promote(reg, args.version, reason=args.reason, force=args.force))
+    _print_entry(promotion.promote(reg, args.version, reason=args.reason, force=args.force, actor=_actor()))
     return 0
 
 
@@ -250,7 +263,7 @@ def _cmd_rollback(args) -> int:
     from posttrain import promotion
 
     reg = _registry(_config(args))
-    _print_entry(promotion.rollback(reg, to=args.to, reason=args.reason, force=args.force))
+    _print_entry(promotion.rollback(reg, to=args.to, reason=args.reason, force=args.force, actor=_actor()))
     return 0
 
 
@@ -276,11 +289,9 @@ def _cmd_history(args) -> int:
 def _cmd_lineage(args) -> int:
     import json
 
-    from posttrain import promotion
+    from posttrain.lineage import lineage
 
-    cfg = _config(args)
-    reg = _registry(cfg)
-    chain = promotion.lineage(reg, args.version, runs_dir=cfg.path(cfg.paths.runs))
+    chain = lineage(_registry(_config(args)), args.version)
     if args.json:
         print(json.dumps(chain, indent=2))
         return 0
@@ -307,12 +318,12 @@ def _cmd_lineage(args) -> int:
 def _cmd_evaluate(args) -> int:
     import json
 
-    from posttrain import promotion
+    from posttrain.versus_production import evaluate_version
 
     cfg = _config(args)
     reg = _registry(cfg)
-    out = promotion.evaluate_version(reg, cfg, args.version, against_production=not args.no_compare,
-                                     auto_rollback=args.auto_rollback)
+    out = evaluate_version(reg, cfg, args.version, against_production=not args.no_compare,
+                           auto_rollback=args.auto_rollback, actor=_actor())
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

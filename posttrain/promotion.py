@@ -1,4 +1,4 @@
-"""Production alias with a durable history: promote, rollback, lineage.
+"""Production alias with a durable history: promote, rollback, reconcile.
 
 The registered model's MLflow alias ``production`` says which version serves.  Every move of it is
 recorded in ``<registry root>/production_history.jsonl``, one JSON object per line::
@@ -7,9 +7,9 @@ recorded in ``<registry root>/production_history.jsonl``, one JSON object per li
      "stage", "digest", "forced", "overridden"}
 
 ``action`` is one of ``promote | rollback | auto-rollback | force-promote``; ``at`` is UTC ISO-8601;
-``actor`` is ``user@host``, or ``flow-run:<id>`` inside a Prefect flow run; ``overridden`` lists the
-refusal reasons a forced move went past.  Several registered models may share one registry root:
-every entry names its ``model`` and readers keep only their own.
+``actor`` is who moved it, as the caller names it (``user@host`` from the CLI, ``flow-run:<id>`` from
+a served flow); ``overridden`` lists the refusal reasons a forced move went past.  Several registered
+models may share one registry root: every entry names its ``model`` and readers keep only their own.
 
 **The history is the source of truth; the alias is a projection of it.**  A move is *committed*
 when its history line is durably on disk, never before.
@@ -52,19 +52,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import getpass
 import json
 import logging
 import os
 import re
-import socket
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from mlflow.exceptions import MlflowException
 
@@ -249,21 +245,6 @@ def previous_production(registry: Registry) -> str | None:
     return stack[-2] if len(stack) >= 2 else None
 
 
-def default_actor() -> str:
-    if "prefect" in sys.modules:  # inside a flow run: say which
-        with contextlib.suppress(Exception):
-            from prefect.runtime import flow_run
-
-            run_id = flow_run.get_id()
-            if run_id:
-                return f"flow-run:{run_id}"
-    try:
-        user = getpass.getuser()
-    except Exception:  # no passwd entry (containers)
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
-
-
 def resolve_version(registry: Registry, ref: str) -> str:
     """A version number, a stage name (its ``candidate-<stage>`` alias), or an alias name."""
     ref = str(ref).strip()
@@ -280,7 +261,8 @@ def resolve_version(registry: Registry, ref: str) -> str:
     raise PromotionError(f"{ref!r} is neither a version number, a stage nor an alias of {registry.model_name}")
 
 
-def _get(registry: Registry, version: str) -> dict:
+def get_version(registry: Registry, version: str) -> dict:
+    """The registered version (Registry.get's dict); PromotionError if the model has no such version."""
     try:
         return registry.get(version)
     except MlflowException as exc:
@@ -291,7 +273,7 @@ def _get(registry: Registry, version: str) -> dict:
 
 def check_promotable(registry: Registry, version: str) -> list[str]:
     """Reasons why ``version`` must not serve (empty: it may)."""
-    mv = _get(registry, version)
+    mv = get_version(registry, version)
     tags = mv["tags"]
     problems: list[str] = []
     gate = tags.get("gate")
@@ -388,12 +370,12 @@ def _move(registry: Registry, entry: dict) -> dict:
 
 
 def _entry(registry: Registry, action: str, frm: str | None, to: str, *, reason: str | None,
-           actor: str | None, forced: bool, overridden: list[str]) -> dict:
-    mv = _get(registry, to)
+           actor: str, forced: bool, overridden: list[str]) -> dict:
+    mv = get_version(registry, to)
     return {
         "id": uuid.uuid4().hex, "model": registry.model_name, "action": action,
         "from": frm, "to": to, "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-        "actor": actor or default_actor(), "reason": reason or None,
+        "actor": actor, "reason": reason or None,
         "stage": mv["stage"], "digest": mv["tags"].get("digest"),
         "forced": forced, "overridden": overridden,
     }
@@ -408,14 +390,15 @@ def _checked(registry: Registry, version: str, force: bool, reason: str | None) 
     return problems
 
 
-def promote(registry: Registry, version: str, *, reason: str | None = None, force: bool = False,
-            actor: str | None = None, timeout: float | None = None) -> dict:
+def promote(registry: Registry, version: str, *, actor: str, reason: str | None = None, force: bool = False,
+            timeout: float | None = None) -> dict:
     """Move ``production`` to ``version`` (a number, or a stage name meaning ``candidate-<stage>``).
 
     Refuses (:class:`PromotionRefused`) a version whose gate failed or is missing, that is tagged
     rejected, or whose checkpoint directory is missing or no longer matches its ``digest`` tag,
     unless ``force=True`` with a non-empty ``reason`` (recorded as ``force-promote``, with the
-    overridden problems).  Returns the committed history entry.
+    overridden problems).  ``actor``: who moves it, as the history records it.  Returns the
+    committed history entry.
     """
     with _locked(registry, timeout):
         _reconcile(registry)
@@ -429,15 +412,16 @@ def promote(registry: Registry, version: str, *, reason: str | None = None, forc
                                       forced=force, overridden=problems))
 
 
-def rollback(registry: Registry, *, to: str | None = None, reason: str | None = None,
-             actor: str | None = None, force: bool = False, auto: bool = False,
+def rollback(registry: Registry, *, actor: str, to: str | None = None, reason: str | None = None,
+             force: bool = False, auto: bool = False,
              if_production: str | None = None, timeout: float | None = None) -> dict:
     """Move ``production`` back: to the version that served before the current one (history is
     a stack: rolling back twice goes two promotions back), or to the named version ``to``.
 
     The target goes through the same checks as :func:`promote` (a rollback onto a checkpoint that
     was altered since would serve something nobody evaluated); ``force`` with a reason overrides.
-    ``auto=True`` records the move as ``auto-rollback`` (monitoring, not a person).
+    ``actor``: who moves it (as in :func:`promote`); ``auto=True`` records the move as ``auto-rollback``
+    (monitoring, not a person).
     ``if_production``: only if that version is still production (checked under the lock), so a
     decision taken on an evaluation never undoes a promotion made while it ran.
     """
@@ -465,179 +449,8 @@ def rollback(registry: Registry, *, to: str | None = None, reason: str | None = 
                                       reason=reason, actor=actor, forced=force, overridden=problems))
 
 
-# -- evaluation against production ---------------------------------------------------------------
-
-def checkpoint_ref(registry: Registry, version: str):
-    """CheckpointRef of a registered version (path = its source, digest = its digest tag)."""
-    from posttrain.schema import CheckpointRef
-
-    mv = _get(registry, version)
-    return CheckpointRef(path=mv["source"], digest=mv["tags"].get("digest", ""), version=mv["version"],
-                         num_parameters=int(mv["tags"]["num_parameters"]) if mv["tags"].get("num_parameters") else None)
-
-
-def compare(new, old, confidence: float = 0.95) -> list[dict]:
-    """Per metric of two EvalResults on the same items: values and, where per-item outcomes exist,
-    the paired difference new - old with its confidence interval (posttrain.gates.paired_interval).
-    ``verdict``: "better" / "worse" when the interval excludes 0 (in the metric's good direction,
-    posttrain.metrics), else "same"."""
-    from posttrain.gates import paired_interval, regression_p_value
-    from posttrain.metrics import higher_is_better
-
-    rows = []
-    for metric, value in new.metrics.items():
-        row = {"metric": metric, "new": value, "old": old.metrics.get(metric), "diff": None,
-               "low": None, "high": None, "verdict": None}
-        a, b = new.per_item.get(metric), old.per_item.get(metric)
-        if a and b and len(a) == len(b):
-            mean, low, high = paired_interval(a, b, confidence)
-            up, down = ("worse", "better") if higher_is_better(metric) is False else ("better", "worse")
-            row.update(diff=mean, low=low, high=high, verdict=up if low > 0 else down if high < 0 else "same")
-            if higher_is_better(metric) is not None:
-                row["p_worse"] = regression_p_value(a, b, 0.0, higher_is_better(metric))
-        elif row["old"] is not None:
-            row["diff"] = value - row["old"]
-        rows.append(row)
-    return rows
-
-
-def family_wise_regressions(comparison: list[dict], alpha: float) -> list[dict]:
-    """Rows significantly worse with the family-wise error of all paired capabilities held at alpha
-    (Holm-Bonferroni, as the gates): with ~8 suites tested at 95% each, a version that changed
-    nothing would be rolled back far more often than 5% of the time."""
-    from posttrain.gates import holm
-
-    tested = [r for r in comparison if "p_worse" in r]
-    return [r for r, worse in zip(tested, holm([r["p_worse"] for r in tested], alpha)) if worse and r["diff"] != 0]
-
-
-def regression_reason(version: str, against: str, regressed: list[dict], confidence: float) -> str:
-    """The history reason of an auto-rollback: each regressed capability with both values and the
-    paired confidence interval of the difference."""
-    parts = [f"{r['metric']} {r['new']:.3f} vs {r['old']:.3f} (diff {r['diff']:+.3f}, "
-             f"{confidence:.0%} CI [{r['low']:+.3f}, {r['high']:+.3f}])" for r in regressed]
-    return f"v{version} significantly worse than v{against} on " + "; ".join(parts)
-
-
-def evaluate_version(registry: Registry, cfg, version: str, *, against_production: bool = True,
-                     auto_rollback: bool = False) -> dict:
-    """Evaluate a registered version on the held-out suites (posttrain.evaluation.evaluate) and
-    compare it item by item with ``against``: the production version (when another version is
-    production), or, with ``auto_rollback``, the production before it.
-
-    ``auto_rollback`` (after a promotion): ``version`` must be production; if it is significantly
-    worse than the previous production on any paired capability (:func:`compare` verdict "worse"),
-    production is rolled back to that version, recorded as ``auto-rollback`` with
-    :func:`regression_reason`, and only if nobody moved production while the evaluation ran.
-
-    Returns ``{"version", "metrics", "production", "against", "comparison", "regressions",
-    "rollback"}`` (``comparison``: rows of :func:`compare` or None; ``regressions``: its "worse"
-    rows; ``rollback``: the committed history entry or None).  Refuses a checkpoint that is
-    missing or altered since registration.
-    """
-    from posttrain import evaluation
-    from posttrain.checkpoint import is_intact
-
-    version = resolve_version(registry, version)
-    prod = current_production(registry)
-    if auto_rollback:
-        if not against_production:
-            raise PromotionError("auto-rollback needs the comparison with the previous production")
-        if prod != version:
-            raise PromotionError(f"auto-rollback judges the production version; {version} is not production "
-                                 f"({prod or 'none'} is)")
-        against = previous_production(registry)
-    else:
-        against = prod if against_production and prod != version else None
-    ref = checkpoint_ref(registry, version)
-    if not is_intact(ref):
-        raise PromotionError(f"checkpoint of version {version} ({ref.path}) is missing or altered since it "
-                             "was registered; cannot evaluate what was registered")
-    result = evaluation.evaluate(ref, cfg, desc=f"evaluating version {version}")
-    comparison, regressed, entry = None, [], None
-    if against:
-        against_ref = checkpoint_ref(registry, against)
-        if not is_intact(against_ref):
-            raise PromotionError(f"version {against} ({against_ref.path}) to compare with is missing or altered")
-        against_result = evaluation.evaluate(against_ref, cfg, desc=f"evaluating version {against}")
-        comparison = compare(result, against_result, cfg.evaluation.confidence)
-        regressed = family_wise_regressions(comparison, cfg.gates.alpha)
-    if auto_rollback and regressed:
-        entry = rollback(registry, to=against, auto=True, if_production=version,
-                         reason=regression_reason(version, against, regressed, cfg.evaluation.confidence))
-    return {"version": version, "metrics": result.metrics, "production": prod, "against": against,
-            "comparison": comparison, "regressions": regressed, "rollback": entry}
-
-
-# -- lineage --------------------------------------------------------------------------------------
-
-def _produced(runs_dir: Path | None, flow_run: str | None, stage: str | None) -> dict[str, str] | None:
-    """Datasets a stage produced, from its run's report.json (None: report not found)."""
-    if runs_dir is None or not flow_run or not stage:
-        return None
-    report = runs_dir / flow_run / "report.json"
-    try:
-        data = json.loads(report.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    for s in data.get("stages", []):
-        if s.get("name") == stage:
-            return {d["name"]: d["md5"] for d in s.get("datasets") or []}
-    return None
-
-
-def lineage(registry: Registry, version: str, *, runs_dir: Path | None = None) -> list[dict]:
-    """The chain from ``version`` back to the base model, newest first.
-
-    One dict per version: version, stage, flow_run, config_hash, code_revision, verifiers (dict),
-    seed, gate, status, digest, parent_version, datasets_consumed / datasets_produced (name -> md5).
-    Produced datasets come from the run's ``report.json`` under ``runs_dir`` (default: the
-    registry root's parent); without it every dataset of the ``datasets`` tag is listed as consumed
-    and ``datasets_produced`` is None.  The last element is the base (``version`` "base", its digest
-    from the first stage's ``parent_digest``).
-    """
-    runs_dir = Path(runs_dir) if runs_dir is not None else registry.root.parent
-    chain: list[dict] = []
-    seen: set[str] = set()
-    v: str | None = resolve_version(registry, version)
-    parent_digest = None
-    while v and v != "base":
-        if v in seen:
-            raise PromotionError(f"parent_version tags form a cycle at version {v}")
-        seen.add(v)
-        mv = _get(registry, v)
-        t = mv["tags"]
-        datasets = _json(t.get("datasets"), {})
-        produced = _produced(runs_dir, t.get("flow_run"), mv["stage"])
-        chain.append({
-            "version": v, "stage": mv["stage"], "flow_run": t.get("flow_run"),
-            "config_hash": t.get("config_hash"), "code_revision": t.get("code_revision"),
-            "code_dirty": t.get("code_dirty"),
-            "verifiers": _json(t.get("verifiers"), {}), "seed": t.get("seed"), "gate": t.get("gate"),
-            "status": t.get("status"), "digest": t.get("digest"), "source": mv["source"],
-            "parent_version": t.get("parent_version"),
-            "datasets_consumed": {k: m for k, m in datasets.items() if produced is None or k not in produced},
-            "datasets_produced": produced,
-            "aliases": mv["aliases"],
-        })
-        parent_digest = t.get("parent_digest")
-        v = t.get("parent_version")
-    chain.append({"version": "base", "stage": "base", "digest": parent_digest})
-    return chain
-
-
-def _json(value: str | None, default: Any) -> Any:
-    if not value:
-        return default
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
-
-
 __all__ = [
     "PRODUCTION_ALIAS", "ACTIONS", "PromotionError", "PromotionRefused", "LockTimeout", "SimulatedCrash",
     "promote", "rollback", "history", "current_production", "previous_production", "reconcile",
-    "lineage", "check_promotable", "checkpoint_ref", "compare", "evaluate_version", "regression_reason",
-"resolve_version", "default_actor", "history_path", "intent_path",
+    "check_promotable", "get_version", "resolve_version", "history_path", "intent_path",
 ]

@@ -1,4 +1,4 @@
-"""Auto-rollback after a promotion (posttrain.promotion.evaluate_version(auto_rollback=True), the
+"""Auto-rollback after a promotion (posttrain.versus_production.evaluate_version(auto_rollback=True), the
 `evaluate` flow's auto_rollback parameter, `posttrain evaluate VERSION --auto-rollback`).
 
 The decision is tested on the fake registry of test_promotion with a stand-in evaluation (exact
@@ -16,9 +16,10 @@ import yaml
 
 from conftest import write_smoke_config
 from posttrain import cli, evaluation, promotion
+from posttrain.versus_production import compare, evaluate_version
 from posttrain.promotion import PromotionError
 from posttrain.schema import EvalResult
-from test_promotion import MODEL, migrated_db, new_registry, populate  # noqa: F401  (fixture)
+from test_promotion import ACTOR, MODEL, migrated_db, new_registry, populate  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -55,25 +56,25 @@ def fake(tmp_path, migrated_db, monkeypatch):  # noqa: F811
 
 
 def test_compare_knows_truncation_is_worse_when_higher():
-    rows = {r["metric"]: r for r in promotion.compare(_result(50, truncated=60), _result(50, truncated=10))}
+    rows = {r["metric"]: r for r in compare(_result(50, truncated=60), _result(50, truncated=10))}
     assert rows["math/truncation"]["diff"] == pytest.approx(0.5) and rows["math/truncation"]["low"] > 0
     assert rows["math/truncation"]["verdict"] == "worse"
     assert rows["math/accuracy"]["verdict"] == "same"
-    rows = {r["metric"]: r for r in promotion.compare(_result(50, truncated=10), _result(50, truncated=60))}
+    rows = {r["metric"]: r for r in compare(_result(50, truncated=10), _result(50, truncated=60))}
     assert rows["math/truncation"]["verdict"] == "better"
 
 
 def test_significant_regression_rolls_back_with_the_evidence(fake):
     reg, cfg, results, seen, _ = fake
-    promotion.promote(reg, "2")
-    promotion.promote(reg, "4")
+    promotion.promote(reg, "2", actor=ACTOR)
+    promotion.promote(reg, "4", actor=ACTOR)
     results.update({"4": _result(30, truncated=40), "2": _result(70, truncated=10)})
-    out = promotion.evaluate_version(reg, cfg, "production", auto_rollback=True)
+    out = evaluate_version(reg, cfg, "production", auto_rollback=True, actor=ACTOR)
     assert seen == ["4", "2"]  # production against the production before it
     assert (out["version"], out["against"], out["production"]) == ("4", "2", "4")
     assert [r["metric"] for r in out["regressions"]] == ["math/accuracy", "math/truncation"]
     entry = out["rollback"]
-    assert (entry["action"], entry["from"], entry["to"]) == ("auto-rollback", "4", "2")
+    assert (entry["action"], entry["from"], entry["to"], entry["actor"]) == ("auto-rollback", "4", "2", ACTOR)
     assert promotion.current_production(reg) == "2" == reg.alias("production")
     assert promotion.history(reg)[-1] == entry
     # the reason names every regressed capability with both values and the paired CI
@@ -86,11 +87,11 @@ def test_significant_regression_rolls_back_with_the_evidence(fake):
 
 def test_no_significant_regression_keeps_production(fake):
     reg, cfg, results, _, _ = fake
-    promotion.promote(reg, "2")
-    promotion.promote(reg, "4")
+    promotion.promote(reg, "2", actor=ACTOR)
+    promotion.promote(reg, "4", actor=ACTOR)
     # 3 points lower on 100 items: inside the noise, not a regression
     results.update({"4": _result(67), "2": _result(70)})
-    out = promotion.evaluate_version(reg, cfg, "4", auto_rollback=True)
+    out = evaluate_version(reg, cfg, "4", auto_rollback=True, actor=ACTOR)
     row = next(r for r in out["comparison"] if r["metric"] == "math/accuracy")
     assert row["diff"] == pytest.approx(-0.03) and row["low"] < 0 < row["high"] and row["verdict"] == "same"
     assert out["regressions"] == [] and out["rollback"] is None
@@ -99,20 +100,22 @@ def test_no_significant_regression_keeps_production(fake):
 
 def test_auto_rollback_refuses_what_it_cannot_judge(fake):
     reg, cfg, results, seen, _ = fake
-    promotion.promote(reg, "2")
+    promotion.promote(reg, "2", actor=ACTOR)
+    with pytest.raises(ValueError, match="needs the actor"):  # the rollback would be recorded under nobody
+        evaluate_version(reg, cfg, "2", auto_rollback=True)
     with pytest.raises(PromotionError, match="judges the production version; 4 is not production"):
-        promotion.evaluate_version(reg, cfg, "4", auto_rollback=True)
+        evaluate_version(reg, cfg, "4", auto_rollback=True, actor=ACTOR)
     with pytest.raises(PromotionError, match="needs the comparison"):
-        promotion.evaluate_version(reg, cfg, "2", auto_rollback=True, against_production=False)
+        evaluate_version(reg, cfg, "2", auto_rollback=True, against_production=False, actor=ACTOR)
     results["2"] = _result(10)
-    out = promotion.evaluate_version(reg, cfg, "2", auto_rollback=True)  # the first production ever
+    out = evaluate_version(reg, cfg, "2", auto_rollback=True, actor=ACTOR)  # the first production ever
     assert out["against"] is None and out["rollback"] is None and seen == ["2"]
 
 
 def test_a_promotion_during_the_evaluation_is_not_undone(fake, monkeypatch):
     reg, cfg, results, _, _ = fake
-    promotion.promote(reg, "2")
-    promotion.promote(reg, "4")
+    promotion.promote(reg, "2", actor=ACTOR)
+    promotion.promote(reg, "4", actor=ACTOR)
     results.update({"4": _result(30), "2": _result(70)})
 
     def evaluate_while_someone_promotes(ref, cfg, **kwargs):
@@ -122,15 +125,15 @@ def test_a_promotion_during_the_evaluation_is_not_undone(fake, monkeypatch):
 
     monkeypatch.setattr(evaluation, "evaluate", evaluate_while_someone_promotes)
     with pytest.raises(PromotionError, match="production moved from 4 to 5 meanwhile; not rolling back"):
-        promotion.evaluate_version(reg, cfg, "4", auto_rollback=True)
+        evaluate_version(reg, cfg, "4", auto_rollback=True, actor=ACTOR)
     assert [(e["action"], e["to"]) for e in promotion.history(reg)] == [("promote", "2"), ("promote", "4"),
                                                                        ("promote", "5")]
 
 
 def test_cli_auto_rollback(fake, capsys):
     reg, _, results, _, config = fake
-    promotion.promote(reg, "2")
-    promotion.promote(reg, "4")
+    promotion.promote(reg, "2", actor=ACTOR)
+    promotion.promote(reg, "4", actor=ACTOR)
     results.update({"4": _result(30), "2": _result(70)})
     assert cli.main(["evaluate", "production", "--auto-rollback", "--config", config]) == 0
     out = capsys.readouterr().out
@@ -183,7 +186,7 @@ def smoke_registry(tmp_path):
     shutil.copytree(stops, noted)
     (noted / "NOTE.txt").write_text("same weights and generation config as stops-at-once")
 
-    registry = Registry(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
+    registry = Registry.for_config(cfg)
     for stage, path in (("general_rl", stops), ("distillation", plain), ("distillation", noted)):
         version = registry.register(stage, CheckpointRef(path=str(path), digest=directory_digest(path)),
                                     {"parent_version": "base"})
@@ -199,8 +202,8 @@ def test_auto_rollback_end_to_end(harness, smoke_registry, capsys):
     from flows.serve import evaluate_flow
 
     registry, config = smoke_registry
-    promotion.promote(registry, "1")
-    promotion.promote(registry, "2", reason="new distillation")
+    promotion.promote(registry, "1", actor=ACTOR)
+    promotion.promote(registry, "2", reason="new distillation", actor=ACTOR)
     state = evaluate_flow(version="production", auto_rollback=True, config_path=config, return_state=True)
     assert state.is_completed(), state.message
     out = state.result()
@@ -217,13 +220,13 @@ def test_auto_rollback_end_to_end(harness, smoke_registry, capsys):
     assert any("**auto-rollback**: 2 → **1**" in a.data for a in artifacts)
 
     # Same answers as the production before it: no regression, production stays.
-    promotion.promote(registry, "3")
+    promotion.promote(registry, "3", actor=ACTOR)
     out = evaluate_flow(version="3", auto_rollback=True, config_path=config)
     assert out["against"] == "1" and out["regressions"] == [] and out["rollback"] is None
     assert promotion.current_production(registry) == "3"
 
     # The CLI, on the same real checkpoints.
-    promotion.promote(registry, "2")
+    promotion.promote(registry, "2", actor=ACTOR)
     assert cli.main(["evaluate", "production", "--auto-rollback", "--config", config]) == 0
     printed = capsys.readouterr().out
     assert re.search(r"^production: 2 -> 3 \(distillation\) \[auto-rollback by .*math/truncation 1\.000 vs 0\.000",

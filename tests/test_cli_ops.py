@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from posttrain import cli
-from test_promotion import MODEL, migrated_db, new_registry, populate  # noqa: F401  (fixture)
+from test_promotion import ACTOR, MODEL, migrated_db, new_registry, populate  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,8 +58,6 @@ def run(capsys, *argv):
 
 
 def _one_line_error(code, err, pattern):
-    import re
-
     assert code == 2
     assert err.startswith("error: ") and err.strip().count("\n") == 0, err
     assert re.search(pattern, err), err
@@ -133,6 +132,7 @@ def test_promote_rollback_history(project, capsys):
     code, out, _ = run(capsys, "history", "--json", "--config", cfg)
     entries = json.loads(out)
     assert [e["to"] for e in entries] == ["3", "2", "1"] and entries[0]["reason"] == "demo"
+    assert all(re.fullmatch(r"[^@\s]+@[^@\s]+", e["actor"]) for e in entries), entries  # user@host
     code, out, _ = run(capsys, "status", "--config", cfg)
     assert "production: 1 (cold_start_sft)" in out
 
@@ -179,7 +179,7 @@ def test_evaluate_compares_with_production(project, capsys, monkeypatch):
     cfg = project["config"]
     code, out, _ = run(capsys, "evaluate", "4", "--config", cfg)
     assert code == 0 and seen == ["4"] and "(no production version to compare with)" in out
-    promotion.promote(project["registry"], "2")
+    promotion.promote(project["registry"], "2", actor=ACTOR)
     seen.clear()
     code, out, _ = run(capsys, "evaluate", "mode_fusion_sft", "--config", cfg)
     assert code == 0 and seen == ["4", "2"]
