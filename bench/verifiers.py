@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from posttrain.rewards.math_verifier import MATH_VERIFIER_VERSION, verify_math  # noqa: E402
+from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math, verify_stream  # noqa: E402
 from posttrain.rewards.code_sandbox import (  # noqa: E402
     SANDBOX_VERSION, SandboxLimits, run_tests, sandbox_isolation,
 )
@@ -173,7 +173,7 @@ def bench_math(n: int = 600, seed: int = 0) -> dict:
             f.write(json.dumps({"response": resp, "answer": gold}, ensure_ascii=False) + "\n")
         path = f.name
     code = (
-        "import sys; from posttrain.rewards.math_verifier import verify_stream; "
+        "import sys; from posttrain.rewards.math import verify_stream; "
         f"verify_stream(open({path!r}, encoding='utf-8'), sys.stdout)"
     )
     t0 = time.perf_counter()
@@ -267,7 +267,7 @@ def _timed(fn) -> tuple[float, object]:
 def bench_math_adversarial() -> dict:
     """The false positives of issue 14 (each wrapping the tests use) and the speed targets the unit
     tests no longer assert: every call under 1 s, inputs built to outrun the deadline included."""
-    from posttrain.rewards import math_verifier as mv
+    from posttrain.rewards.math import worker
 
     tm = _test_module()
     _wait_worker_ready()
@@ -301,19 +301,19 @@ def bench_math_adversarial() -> dict:
     boxes_2000, boxes_1mb = tm._equal_polynomial_boxes(2000), tm._equal_polynomial_boxes(30_000)
     target("2000_boxes", 1.0, lambda: verify_math(boxes_2000, "(a+b+c+d+e+f)^6"))
     target("1MB_response_30000_boxes", 1.0, lambda: verify_math(boxes_1mb, "(a+b+c+d+e+f)^6"))
-    saved = mv._WORKER_CALL_S
-    mv._WORKER_CALL_S = 0.001  # sympy overruns its budget: killed and respawned within the call
+    saved = worker.WORKER_CALL_S
+    worker.WORKER_CALL_S = 0.001  # sympy overruns its budget: killed and respawned within the call
     try:
         target("worker_timeout_kill_respawn", 1.0, lambda: verify_math(tm.B("\\sin^2 x + \\cos^2 x"), "1"))
     finally:
-        mv._WORKER_CALL_S = saved
+        worker.WORKER_CALL_S = saved
     _wait_worker_ready()
     fast = "<think>7+8=15</think>The answer is \\boxed{85}."
     dt, _ = _timed(lambda: [verify_math(fast, "85") for _ in range(3000)])
     timing["fast_path_int_per_call"] = {"ms": round(dt / 3000 * 1e3, 5), "target_ms": 0.2, "ok": dt / 3000 < 200e-6,
                                         "calls": 3000, "reason": "match"}
     lines = [json.dumps(c) for c in tm.stream_cases(300)]
-    target("stream_300_cases", 10.0, lambda: mv.verify_stream(lines, io.StringIO()), calls=300)
+    target("stream_300_cases", 10.0, lambda: verify_stream(lines, io.StringIO()), calls=300)
 
     per_call = {k: t["ms"] / t["calls"] for k, t in timing.items()}
     return {

@@ -85,7 +85,7 @@ def _cmd_verify(args) -> int:
     from posttrain.rewards import verify_cli
 
     if args.kind == "math":
-        from posttrain.rewards.math_verifier import verify_stream as stream
+        from posttrain.rewards.math import verify_stream as stream
     else:
         check = verify_cli.CHECKS[args.kind]
         stream = lambda inp, out: verify_cli.verify_lines(inp, out, check)  # noqa: E731

@@ -22,7 +22,7 @@ from trl.trainer.utils import RepeatSampler
 
 from posttrain.config import ProblemSamplingConfig, RLAlertsConfig
 from posttrain.rewards import completion_text
-from posttrain.rewards.math_verifier import verify_math
+from posttrain.rewards.math import verify_math
 
 SAMPLER_STATE = "problem_sampler.json"
 ROLLOUT_BUFFER = "rollout_buffer.pt"

@@ -322,7 +322,7 @@ def _task_fields(kind: str, row: dict, where: str) -> dict:
             raise DatasetError(f"{where}: column 'answer' is missing or empty (a {kind} row needs its gold answer)")
         answer = str(answer)
         if kind == "math":
-            from posttrain.rewards.math_verifier import GoldAnswerError, check_gold
+            from posttrain.rewards.math import GoldAnswerError, check_gold
 
             try:
                 check_gold(answer)

@@ -51,7 +51,7 @@ def test_cold_start_rows_alter_the_configured_shares():
 
 def test_answer_only_solutions_skip_the_working_and_still_grade_as_right():
     from posttrain.rewards.format import format_ok
-    from posttrain.rewards.math_verifier import verify_math
+    from posttrain.rewards.math import verify_math
     from posttrain.world.reflection import is_answer_only
 
     problems, world = world_rows()

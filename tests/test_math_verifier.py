@@ -1,4 +1,4 @@
-"""Golden regression suite for posttrain.rewards.math_verifier.
+"""Golden regression suite for posttrain.rewards.math.
 
 Every row is (response, gold, expected reward, expected reason).  Rows cover each clause of the
 verifier contract: extraction (think blocks, last box, nesting, \\boxed 5, \\fbox, truncation, hedging),
@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from posttrain.rewards import math_verifier as mv
-from posttrain.rewards.math_verifier import (
+from posttrain.rewards.math import algebra, compare, extract, limits, values, verify, worker
+from posttrain.rewards.math import (
     MATH_VERIFIER_VERSION,
     GoldAnswerError,
     Verdict,
@@ -390,7 +390,7 @@ def test_cas_bombs_are_rejected_before_sympy(answer, monkeypatch):
     def no_cas(*args):
         raise AssertionError("the sympy worker was asked")
 
-    monkeypatch.setattr(mv._WORKER, "equal", no_cas)
+    monkeypatch.setattr(worker.WORKER, "equal", no_cas)
     assert verify_math(B(answer), "1").reason == "too_expensive"
 
 
@@ -399,8 +399,8 @@ def test_integer_fast_path_never_parses(monkeypatch):
     def no_parse(*args):
         raise AssertionError("the fast path parsed the answer")
 
-    monkeypatch.setattr(mv, "_parse_value", no_parse)
-    monkeypatch.setattr(mv, "_clean", no_parse)
+    monkeypatch.setattr(verify, "parse_value", no_parse)
+    monkeypatch.setattr(verify, "clean_answer", no_parse)
     r = "<think>7+8=15</think>The answer is \\boxed{85}."
     assert verify_math(r, "85") == Verdict(1.0, "match", "85")
     assert verify_math(r, "86") == Verdict(0.0, "mismatch", "85")
@@ -409,7 +409,7 @@ def test_integer_fast_path_never_parses(monkeypatch):
 def test_main_process_never_imports_sympy():
     code = (
         "import sys\n"
-        "from posttrain.rewards.math_verifier import verify_math\n"
+        "from posttrain.rewards.math import verify_math\n"
         "assert verify_math('\\\\boxed{\\\\sqrt{8}}', '2\\\\sqrt{2}').reward == 1.0\n"
         "assert verify_math('\\\\boxed{x^2+2x+1}', '(x+1)^2').reward == 1.0\n"
         "assert verify_math('\\\\boxed{\\\\sin(\\\\pi/6)}', '1/2').reason in ('match', 'timeout')\n"
@@ -434,13 +434,13 @@ def _wait_worker_ready(timeout: float = 20.0) -> None:
 
 def test_worker_timeout_kills_and_respawns(monkeypatch):
     _wait_worker_ready()
-    old_pid = mv._WORKER.proc.pid
-    monkeypatch.setattr(mv, "_WORKER_CALL_S", 0.001)
+    old_pid = worker.WORKER.proc.pid
+    monkeypatch.setattr(worker, "WORKER_CALL_S", 0.001)
     v = verify_math(B("\\sin^2 x + \\cos^2 x"), "1")  # needs sympy.simplify: many ms
     assert v.reason == "timeout" and v.reward == 0.0
-    monkeypatch.setattr(mv, "_WORKER_CALL_S", 0.6)
+    monkeypatch.setattr(worker, "WORKER_CALL_S", 0.6)
     _wait_worker_ready()
-    assert mv._WORKER.proc.pid != old_pid  # killed and replaced
+    assert worker.WORKER.proc.pid != old_pid  # killed and replaced
 
 
 def test_worker_works_off_main_thread():
@@ -519,14 +519,14 @@ def test_verify_stream_hundreds_of_cases():
 
 def test_worker_kept_when_caller_budget_runs_out():
     _wait_worker_ready()
-    pid = mv._WORKER.proc.pid
-    with pytest.raises(mv._Timeout):
+    pid = worker.WORKER.proc.pid
+    with pytest.raises(limits.Timeout):
         sin2 = ["^", ["f", "sin", ["s", "x"]], ["n", 2, 1]]
         cos2 = ["^", ["f", "cos", ["s", "x"]], ["n", 2, 1]]
-        mv._WORKER.equal(["+", sin2, cos2], ["n", 1, 1], mv._Deadline(0.001))  # needs simplify: ms
-    assert mv._WORKER.proc.pid == pid  # not killed: its answer is drained by the next request
+        worker.WORKER.equal(["+", sin2, cos2], ["n", 1, 1], limits.Deadline(0.001))  # needs simplify: ms
+    assert worker.WORKER.proc.pid == pid  # not killed: its answer is drained by the next request
     assert verify_math(B("\\cos(\\pi)"), "-1").reason == "match"
-    assert mv._WORKER.proc.pid == pid and mv._WORKER.stale_since is None
+    assert worker.WORKER.proc.pid == pid and worker.WORKER.stale_since is None
 
 
 # --- false positives found by adversarial probing: reward 0 however the answer is wrapped ----------
@@ -614,23 +614,23 @@ def test_deadline_covers_every_box(response):
 
 
 def test_deadline_is_per_call_and_never_cached(monkeypatch):
-    monkeypatch.setattr(mv, "_TIME_BUDGET_S", 0.0)
+    monkeypatch.setattr(verify, "TIME_BUDGET_S", 0.0)
     assert verify_math(B("x^2+14x+49"), "(x+7)^2") == Verdict(0.0, "timeout", None)
-    monkeypatch.setattr(mv, "_TIME_BUDGET_S", 0.85)
+    monkeypatch.setattr(verify, "TIME_BUDGET_S", 0.85)
     assert verify_math(B("x^2+14x+49"), "(x+7)^2").reason == M  # the gold parse that timed out is redone
 
 
 @pytest.mark.parametrize("step", [
-    lambda: mv._find_boxes("\\boxed{1}"),
-    lambda: mv._match_brace("{" * 5000 + "}" * 5000, 0),
-    lambda: mv._parse_value("x^2+1", True),
-    lambda: mv._canon(["+", ["s", "x"], ["n", 1, 1]]),
-    lambda: mv._values_equal(("text", "yes"), ("text", "yes"), mv._current_deadline()),
+    lambda: extract.find_boxes("\\boxed{1}"),
+    lambda: extract.match_brace("{" * 5000 + "}" * 5000, 0),
+    lambda: values.parse_value("x^2+1", True),
+    lambda: algebra.canonical_form(["+", ["s", "x"], ["n", 1, 1]]),
+    lambda: compare.values_equal(("text", "yes"), ("text", "yes"), limits.current_deadline()),
 ], ids=["boxes", "braces", "parse", "canonical_form", "compare"])
 def test_every_pure_python_step_checks_the_deadline(step):
     # no sympy involved: the deadline is not only the worker's
-    with mv._armed(0.0):
-        with pytest.raises(mv._Timeout):
+    with limits.armed(0.0):
+        with pytest.raises(limits.Timeout):
             step()
     step()  # disarmed again after the call
 
@@ -676,7 +676,7 @@ def test_cli_exit_zero_when_every_line_is_good():
 
 
 def test_stream_counts_and_bounds_long_lines(monkeypatch):
-    monkeypatch.setattr(mv, "_MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(verify, "_MAX_LINE_BYTES", 64)
     src = io.BytesIO(b'{"response": "\\\\boxed{5}", "answer": "5"}\n' + b"x" * 500 + b"\n"
                      + b'{"response": "\\\\boxed{6}", "answer": "6"}\n')
     out = io.BytesIO()

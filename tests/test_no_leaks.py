@@ -173,11 +173,11 @@ def test_kill_9_of_a_run_leaves_none_of_its_processes_alive(tmp_path):
 # only sympy makes) and a sandboxed program that sleeps; then the process is killed.
 HELPERS = """
 import sys, threading, time
-from posttrain.rewards import math_verifier
+from posttrain.rewards.math import verify_math
 from posttrain.rewards.code_sandbox import SandboxLimits, run_tests
 
 for _ in range(300):  # the first calls run out of time while the worker imports sympy
-    verdict = math_verifier.verify_math("\\\\boxed{\\\\frac{1}{\\\\sqrt{2}}}", "\\\\frac{\\\\sqrt{2}}{2}")
+    verdict = verify_math("\\\\boxed{\\\\frac{1}{\\\\sqrt{2}}}", "\\\\frac{\\\\sqrt{2}}{2}")
     if verdict.reward == 1.0:
         break
     time.sleep(0.5)

@@ -127,7 +127,7 @@ def test_double_check_is_correct_arithmetic_and_still_grades_as_right(op):
 
     from posttrain.rewards import language_consistency
     from posttrain.rewards.format import format_ok
-    from posttrain.rewards.math_verifier import verify_math
+    from posttrain.rewards.math import verify_math
     from posttrain.world.reflection import with_check
 
     rng = random.Random(f"check{op}")

@@ -15,7 +15,7 @@ from posttrain.rewards.code_sandbox import SANDBOX_VERSION, code_execution
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
 from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward
-from posttrain.rewards.math_verifier import MATH_VERIFIER_VERSION, verify_math
+from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math
 
 RewardFn = Callable[..., list[float | None]]
 

@@ -21,7 +21,7 @@ partial chunk is scored as a group of its own rather than failing.
 """
 from __future__ import annotations
 
-from posttrain.rewards.math_verifier import verify_math
+from posttrain.rewards.math import verify_math
 
 LENGTH_VERSION = "length/1"  # Kimi k1.5 length reward
 OVERLONG_VERSION = "overlong/1"  # DAPO soft overlong punishment

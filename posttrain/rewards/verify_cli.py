@@ -9,7 +9,7 @@ that raises anyway (a verifier bug) gets {"reason": "verifier_error"} and is cou
 rest of the stream is still judged.
 
 What each kind reads, besides "response" (the whole reply, think block included):
-  math         "answer" (gold)                       -> math_verifier.verify_math
+  math         "answer" (gold)                       -> math.verify_math
   instruction  "constraints" (list, one object or a JSON string of them), or the IFEval form
                "instruction_id_list" + "kwargs"; optional "answer" (the task's reference)
                                                      -> instruction.instruction_score
@@ -264,7 +264,7 @@ def check_language(obj: dict) -> dict:
 
 
 def check_math(obj: dict) -> dict:
-    from posttrain.rewards.math_verifier import verify_math
+    from posttrain.rewards.math import verify_math
 
     response = field(obj, "response", str, "a string")
     gold = field(obj, "answer", (str, int, float), "a string")

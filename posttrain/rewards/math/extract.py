@@ -1,0 +1,97 @@
+"""Finding the final answer in a response: the answer part after the last ``</think>`` and the
+contents of its top-level ``\\boxed{...}`` / ``\\fbox{...}`` boxes (braces nest, escapes honoured)."""
+from __future__ import annotations
+
+import re
+
+from posttrain.rewards.math.limits import tick
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+TRAIL_PUNCT = ".,;:?。，；：？、 \t\r\n"
+
+
+_BRACE_SCAN_RE = re.compile(r"\\.|[{}]", re.S)
+
+
+def match_brace(text: str, i: int) -> int:
+    """Index of the brace closing the '{' at text[i], or -1; backslash escapes are skipped."""
+    depth = 0
+    for k, m in enumerate(_BRACE_SCAN_RE.finditer(text, i)):  # visits braces and escapes only
+        if k & 4095 == 4095:
+            tick()
+        ch = m.group(0)
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return m.start()
+    return -1
+
+
+_BARE_TOKEN_RE = re.compile(r"[^\s$]+")
+
+
+def find_boxes(text: str) -> list[str | None]:
+    """Contents of the top-level boxes in text, in order; None marks a box that is never closed."""
+    out: list[str | None] = []
+    pos = 0
+    n = len(text)
+    while True:
+        tick()
+        m = _BOX_RE.search(text, pos)
+        if m is None:
+            return out
+        i = m.end()
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i < n and text[i] == "{":
+            j = match_brace(text, i)
+            if j < 0:
+                out.append(None)
+                return out
+            out.append(text[i + 1 : j])
+            pos = j + 1
+        else:
+            t = _BARE_TOKEN_RE.match(text, i)
+            if t is None:
+                out.append(None)
+                return out
+            tok = t.group(0)
+            # "\boxed 5." / "\boxed 5\)" : keep the token itself
+            tok = re.sub(r"(\\\)|\\\])+$", "", tok).rstrip(TRAIL_PUNCT)
+            out.append(tok if tok else None)
+            if not tok:
+                return out
+            pos = t.end()
+
+
+def _split_think(response: str) -> tuple[str, str]:
+    """(reasoning part, answer part)."""
+    close = response.rfind(_THINK_CLOSE)
+    if close >= 0:
+        think = response[:close]
+        ans = response[close + len(_THINK_CLOSE) :]
+        k = ans.find(_THINK_OPEN)
+        if k >= 0:  # a new thought opened after the answer and never closed
+            think, ans = think + ans[k:], ans[:k]
+        return think, ans
+    if _THINK_OPEN in response:  # truncated mid-thought
+        return response, ""
+    return "", response
+
+
+def extract_boxes(response: str) -> tuple[list[str | None], str | None]:
+    """The boxes of the answer part and None, or the reason no answer can be taken from them
+    (think_only | no_box | unparsable_response)."""
+    think, ans = _split_think(response)
+    boxes = find_boxes(ans) if "\\" in ans else []
+    if not boxes:
+        if think and _BOX_RE.search(think):
+            return [], "think_only"
+        return [], "no_box"
+    if boxes[-1] is None or not boxes[-1].strip():  # truncated or empty box
+        return boxes, "unparsable_response"
+    return boxes, None

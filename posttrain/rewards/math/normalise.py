@@ -1,0 +1,269 @@
+"""LaTeX / plain-text normalisation of an answer before parsing: unicode, spacing and sizing
+commands, ``\\text{}`` wrappers, fraction spellings, degrees, percent, thousands separators, unit
+words (dropped) and value words (read with the number), and the folding of plain-text answers."""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from posttrain.rewards.math.extract import TRAIL_PUNCT, match_brace
+from posttrain.rewards.math.limits import MAX_CLEAN, MAX_RAW_ANSWER, TooExpensive, Unparsable
+
+_UNICODE_MAP = {
+    "\u2212": "-", "\u2013": "-", "\u2014": "-", "\ufe63": "-", "\uff0d": "-", "\u2010": "-",
+    "\u2011": "-", "\u00d7": r"\times ", "\u22c5": r"\cdot ", "\u00b7": r"\cdot ", "\u2217": "*",
+    "\u00f7": r"\div ", "\u03c0": r"\pi ", "\u221e": r"\infty ", "\u221a": r"\sqrt", "\u00b0": r"^\circ",
+    "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ", "\u222a": r"\cup ", "\u2229": r"\cap ",
+    "\u00b1": r"\pm ", "\u2213": r"\mp ", "\u2208": r"\in ", "\u2205": r"\emptyset ",
+    "\u00bd": r"\frac{1}{2}", "\u2153": r"\frac{1}{3}", "\u2154": r"\frac{2}{3}", "\u00bc": r"\frac{1}{4}",
+    "\u00be": r"\frac{3}{4}", "\u211d": r"\mathbb{R}", "\u3002": ".", "\u00a0": " ", "\u2009": " ",
+    "\u202f": " ", "\u3000": " ", "\u2032": "'", "\u03b8": r"\theta ", "\u03b1": r"\alpha ",
+    "\u03b2": r"\beta ",
+}
+_UNICODE_RE = re.compile("|".join(re.escape(k) for k in _UNICODE_MAP))
+# A run of superscripts is one exponent (2¹⁰ is 2^{10}) and a run of subscripts one subscript
+# (10₂ is 10_{2}, not the digits 102): mapped before NFKC, which would flatten both into the line.
+_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱ", "0123456789+-=()ni"))
+_SUBSCRIPTS = dict(zip("₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₔₕₖₗₘₙₚₛₜᵢⱼᵣᵤᵥ", "0123456789+-=()aeoxəhklmnpstijruv"))
+_SUPER_RUN_RE = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
+_SUB_RUN_RE = re.compile("[" + "".join(_SUBSCRIPTS) + "]+")
+
+_WRAPPERS = (
+    "text", "textbf", "textit", "textrm", "textsf", "texttt", "textnormal", "mathrm", "mathbf",
+    "mathit", "mathsf", "mathtt", "mathnormal", "mbox", "hbox", "operatorname", "boldsymbol", "bm",
+    "emph", "boxed", "fbox", "displaystyle", "underline", "mathbb", "mathcal", "pmb",
+)
+_WRAPPER_RE = re.compile(r"\\(?:" + "|".join(_WRAPPERS) + r")\s*\{")
+_TEXTISH = r"\\(?:text|textrm|textnormal|textit|textbf|mathrm|mbox|hbox|textsf)\s*"
+# \text{ or } / \text{and} between values: a list separator
+_TEXT_OR_RE = re.compile(_TEXTISH + r"\{\s*(?:or|and|,)\s*\}")
+# \text{ cm}, \mathrm{~m}^2 after a number: a unit, dropped (unless its words change the value)
+_TEXT_UNIT_RE = re.compile(
+    r"(?<=[\d}.)])\s*" + _TEXTISH + r"\{\s*(?P<u>[A-Za-z\u4e00-\u9fff][^{}\d]*)\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?"
+)
+# Words after a number that change its value: read with the number, never dropped as a unit
+# (5 thousand is 5000, 3 halves is 3/2).  Only leading words count: "5 cm squared" is 5 cm².
+_VALUE_WORDS = {
+    **dict.fromkeys(("hundred", "hundreds"), "*100"), **dict.fromkeys(("thousand", "thousands"), "*1000"),
+    **dict.fromkeys(("million", "millions"), "*10^{6}"), **dict.fromkeys(("billion", "billions"), "*10^{9}"),
+    **dict.fromkeys(("trillion", "trillions"), "*10^{12}"), **dict.fromkeys(("dozen", "dozens"), "*12"),
+    "squared": "^2", "cubed": "^3", "factorial": "!",
+    **dict.fromkeys(("half", "halves"), "/2"), **dict.fromkeys(("third", "thirds"), "/3"),
+    **dict.fromkeys(("quarter", "quarters", "fourth", "fourths"), "/4"),
+    **{w: f"/{d}" for d, ws in ((5, ("fifth", "fifths")), (6, ("sixth", "sixths")), (7, ("seventh", "sevenths")),
+                                (8, ("eighth", "eighths")), (9, ("ninth", "ninths")), (10, ("tenth", "tenths")),
+                                (100, ("hundredth", "hundredths")), (1000, ("thousandth", "thousandths")))
+       for w in ws},
+}
+# in \text{} a lone k is the thousands prefix (5\text{k}); in math mode "5 k" stays the product 5k
+_TEXT_VALUE_WORDS = {**_VALUE_WORDS, "k": "*1000"}
+# Words that make the number something other than one exact value (3 or more, about 5): unparsable
+_QUALIFIER_WORDS = {
+    "or", "and", "not", "than", "more", "less", "fewer", "greater", "larger", "bigger", "smaller",
+    "higher", "lower", "least", "most", "above", "below", "over", "under", "plus", "minus", "about",
+    "around", "approximately", "approx", "roughly", "nearly", "almost", "ish",
+}
+
+
+def _unit_suffix(words: list[str], value_words: dict[str, str]) -> str:
+    """What the words after a number leave of it: "" for a unit (dropped), an operator suffix for
+    leading value words ("hundred thousand" -> "*100*1000"); Unparsable for a qualifier."""
+    low = [w.lower() for w in words]
+    if any(w in _QUALIFIER_WORDS for w in low):
+        raise Unparsable("a qualified value is not one exact value")
+    suffix = ""
+    for w in words:
+        w = w if len(w) == 1 else w.lower()  # k is kilo; K is kelvin, a unit
+        if w not in value_words:
+            break
+        suffix += value_words[w]
+    return suffix
+
+
+_SPACING_RE = re.compile(r"\\[,;:!>]|\\(?:thinspace|negthinspace|medspace|thickspace)(?![A-Za-z])")
+_WIDE_SPACE_RE = re.compile(r"\\q?quad(?![A-Za-z])|\\enspace(?![A-Za-z])|\\hspace\*?\{[^{}]*\}|\\ |~")
+_SIZING_RE = re.compile(
+    r"\\(?:left|right)\s*\."
+    r"|\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|Biggl|Biggr|bigm|big|Big|bigg|Bigg)(?![A-Za-z])"
+)
+_DEGREE_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ(?![A-Za-z])|\\circ(?![A-Za-z])|\^?\s*\\degree(?![A-Za-z])")
+PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\percent(?![A-Za-z]))\s*$")
+_FRAC_NAMES_RE = re.compile(r"\\[dtc]frac(?![A-Za-z])")
+_BINOM_NAMES_RE = re.compile(r"\\[dt]binom(?![A-Za-z])")
+_SINGLE_ARG = r"(\d|[A-Za-z]|\\[A-Za-z]+)"
+_FRAC_TT_RE = re.compile(r"\\(frac|binom)\s*" + _SINGLE_ARG + r"\s*" + _SINGLE_ARG)
+_FRAC_TG_RE = re.compile(r"\\(frac|binom)\s*" + _SINGLE_ARG + r"\s*\{")
+_FRAC_GT_RE = re.compile(r"\\(frac|binom)\s*(\{(?:[^{}]|\{[^{}]*\})*\})\s*" + _SINGLE_ARG)
+_SQRT_T_RE = re.compile(r"\\sqrt\s*(\d|[A-Za-z](?![A-Za-z])|\\[A-Za-z]+)")
+_MIXED_RE = re.compile(r"(?<![\d.}^_)\]a-zA-Z])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
+THOUSANDS_WHOLE_RE = re.compile(r"^\$?\s*[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*\$?\.?$")
+_THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3})((?:,\d{3})+)(?![\d])")
+_THOUSANDS_SPACE_RE = re.compile(r"(?<![\d.])(\d{1,3})((?: \d{3})+)(?![\d.])")
+_OR_WORD_RE = re.compile(r"\s+(?:or|and)\s+")
+_MATH_WORDS = {
+    "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
+    "log", "ln", "exp", "pi", "sqrt", "inf", "infty", "oo", "lim", "mod", "gcd", "lcm", "max", "min",
+}
+_UNIT_WORDS_RE = re.compile(
+    r"^(?P<v>.*?[\d}\)])\s+(?P<u>[A-Za-z]+(?:[\s/\-]+[A-Za-z]+)*)\s*(?:\^\s*\{?\s*[23]\s*\}?)?$"
+)
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_RE = re.compile("[" + CJK + "]")
+_CJK_UNIT_RE = re.compile(r"^(?P<v>.*?[\d}\)])\s*[" + CJK + r"][" + CJK + r"\s]*$")
+
+
+def _unwrap(s: str) -> str:
+    """\\text{X} -> X for the wrapper commands (balanced braces); unbalanced -> Unparsable."""
+    for _ in range(200):
+        m = _WRAPPER_RE.search(s)
+        if m is None:
+            return s
+        j = match_brace(s, m.end() - 1)
+        if j < 0:
+            raise Unparsable("unbalanced braces")
+        inner = s[m.end() : j]
+        name = s[m.start() + 1 : m.end() - 1].strip()
+        if name.startswith("mathbb") and inner.strip() == "R":
+            inner = "\\Reals "
+        s = s[: m.start()] + " " + inner + " " + s[j + 1 :]
+    raise TooExpensive("too many wrappers")
+
+
+def check_balanced(s: str) -> int:
+    """Max nesting depth; Unparsable when brackets/braces do not balance."""
+    depth = 0
+    brace = 0
+    mx = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        ch = s[i]
+        if ch == "\\" and i + 1 < n:
+            nx = s[i + 1]
+            if nx == "{":
+                depth += 1
+            elif nx == "}":
+                depth -= 1
+            i += 2
+            if depth < 0:
+                raise Unparsable("unbalanced brackets")
+            mx = max(mx, depth)
+            continue
+        if ch == "{":
+            brace += 1
+            depth += 1
+        elif ch == "}":
+            brace -= 1
+            depth -= 1
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if depth < 0 or brace < 0:
+            raise Unparsable("unbalanced brackets")
+        if depth > mx:
+            mx = depth
+        i += 1
+    if depth != 0 or brace != 0:
+        raise Unparsable("unbalanced brackets")
+    return mx
+
+
+def clean_answer(s: str, thousands: bool) -> tuple[str, bool]:
+    """Normalise LaTeX / plain text.  Returns (string, percent flag)."""
+    if len(s) > MAX_RAW_ANSWER:
+        raise TooExpensive("answer too long")
+    s = _SUPER_RUN_RE.sub(lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)) + "}", s)
+    s = _SUB_RUN_RE.sub(lambda m: "_{" + "".join(_SUBSCRIPTS[c] for c in m.group(0)) + "}", s)
+    s = _UNICODE_RE.sub(lambda m: _UNICODE_MAP[m.group(0)], s)
+    s = unicodedata.normalize("NFKC", s)
+    s = s.replace("\\\\", "\x01")  # LaTeX row break (matrices)
+    s = s.replace("\\$", " ").replace("$", " ")
+    s = re.sub(r"\\[()\[\]]", " ", s)
+    s = re.sub(r"\\(?:displaystyle|textstyle|scriptstyle|limits|nolimits)(?![A-Za-z])", " ", s)
+    s = _SIZING_RE.sub("", s)
+    s = re.sub(r"\\l(floor|ceil)(?![A-Za-z])", r"\\\1(", s)
+    s = re.sub(r"\\r(?:floor|ceil)(?![A-Za-z])", ")", s)
+    s = _SPACING_RE.sub("", s)
+    s = _WIDE_SPACE_RE.sub(" ", s)
+    s = s.replace("{,}", "").replace("\\lbrace", "\\{").replace("\\rbrace", "\\}")
+    s = _DEGREE_RE.sub("", s)
+    s = _FRAC_NAMES_RE.sub(r"\\frac", s)
+    s = _BINOM_NAMES_RE.sub(r"\\binom", s)
+    s = _TEXT_OR_RE.sub(",", s)
+    s = _TEXT_UNIT_RE.sub(lambda m: _unit_suffix(re.findall(r"[A-Za-z]+", m.group("u")), _TEXT_VALUE_WORDS), s)
+    # percent (before unwrapping, \text{\%})
+    s = s.strip().rstrip(TRAIL_PUNCT).strip()
+    pct = False
+    m = PERCENT_RE.search(s)
+    if m:
+        pct = True
+        s = s[: m.start()]
+    s = _unwrap(s)
+    s = re.sub(r"\\(?:mathbb|mathbf)\s*R(?![A-Za-z])", r"\\Reals ", s)
+    s = s.replace("\\!", "")
+    s = re.sub(r"\s+", " ", s).strip().rstrip(TRAIL_PUNCT).strip()
+    if not pct:
+        m = PERCENT_RE.search(s)
+        if m:
+            pct = True
+            s = s[: m.start()].strip()
+    s = _OR_WORD_RE.sub(", ", s) if re.search(r"\d|\\", s) else s
+    if thousands:
+        s = _THOUSANDS_RE.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), s)
+        s = _THOUSANDS_SPACE_RE.sub(lambda m: m.group(1) + m.group(2).replace(" ", ""), s)
+    # \frac12, \frac1{2}, \frac{1}2, \sqrt2
+    s = _FRAC_TT_RE.sub(r"\\\1{\2}{\3}", s)
+    s = _FRAC_TG_RE.sub(r"\\\1{\2}{", s)
+    s = _FRAC_GT_RE.sub(r"\\\1\2{\3}", s)
+    s = _SQRT_T_RE.sub(r"\\sqrt{\1}", s)
+    s = _MIXED_RE.sub(r"(\1+\\frac{\2}{\3})", s)
+    if len(s) > MAX_CLEAN:
+        raise TooExpensive("answer too long")
+    return s, pct
+
+
+_SHORT_UNITS = {
+    "cm", "mm", "km", "m", "kg", "mg", "g", "ml", "l", "s", "h", "hr", "hrs", "ft", "in", "lb", "lbs",
+    "oz", "mi", "yd", "yds", "mph", "kph", "kmh", "rs", "cc", "dm", "nm", "ms", "kw", "w", "v", "am", "pm",
+}
+
+
+def strip_units(s: str) -> str:
+    """Drop unit words after a number (cm, apples, meters per second) or a CJK unit, keeping the
+    value words read with it (5 thousand -> 5*1000); math words (sin, pi, ...) are never units."""
+    m = _UNIT_WORDS_RE.match(s)
+    if m:
+        words = [w for w in re.split(r"[\s/\-]+", m.group("u")) if w]
+        unitish = [len(w) >= 3 or w.lower() in _SHORT_UNITS for w in words]
+        if not any(w.lower() in _MATH_WORDS for w in words) and (
+            all(unitish) or (len(words) > 1 and unitish[0] and all(len(w) >= 2 for w in words))
+        ):
+            return m.group("v").strip() + _unit_suffix(words, _VALUE_WORDS)
+    m = _CJK_UNIT_RE.match(s)
+    if m:
+        return m.group("v").strip()
+    return s
+
+
+def normalise_text(s: str) -> str:
+    """A plain-text answer compared case-, space- and punctuation-free; "(B)" is "b"."""
+    s = s.lower()
+    s = re.sub(r"[\s'\".,!?;:。，！？、]+", "", s)
+    if len(s) == 3 and s[0] == "(" and s[2] == ")":
+        s = s[1]
+    return s
+
+
+_SHORT_WORDS = {"no", "ok", "na", "up", "on", "at", "by", "to", "it", "is", "an", "am", "pm"}
+
+
+def is_wordy(s: str) -> bool:
+    """Plain words (not a product of variables like "xy" or "AB")."""
+    words = re.findall(r"[A-Za-z]+", s)
+    content = [w for w in words if w.lower() not in _MATH_WORDS]
+    if not content:
+        return False
+    if len(words) > 1 and any(len(w) >= 2 for w in content):
+        return True
+    return any(len(w) >= 3 or w.lower() in _SHORT_WORDS for w in content)
