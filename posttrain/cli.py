@@ -168,12 +168,12 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _run_outcome(report: dict, record) -> str:
-    """passed / FAILED at <stage> from the report; running / crashed (process gone) while the process
-    record (posttrain.liveness) says the flow function has not returned."""
+def _run_outcome(report, record) -> str:
+    """passed / FAILED at <stage> from the report (a RunReport); running / crashed (process gone)
+    while the process record (posttrain.liveness) says the flow function has not returned."""
     from posttrain import liveness
 
-    failed = [s["name"] for s in report.get("stages", []) if s.get("status") == "failed"]
+    failed = [s.name for s in report.stages if s.status == "failed"]
     if record is not None and record.ended is None:
         alive = liveness.is_alive(record.process)
         where = record.process.describe()
@@ -187,10 +187,25 @@ def _run_outcome(report: dict, record) -> str:
     return "passed"
 
 
-def _cmd_status(args) -> int:
-    import json
+def _read_report(path: Path):
+    """The run report at ``path`` (posttrain.schema.RunReport); CLIError if it cannot be read."""
+    from pydantic import ValidationError
 
+    from posttrain.schema import RunReport
+
+    try:
+        return RunReport.read(path)
+    except OSError as exc:
+        raise CLIError(f"cannot read {path}: {exc}") from None
+    except ValidationError as exc:  # one line: the first problem, where it is
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CLIError(f"cannot read {path}: {where + ': ' if where else ''}{first['msg']}") from None
+
+
+def _cmd_status(args) -> int:
     from posttrain import liveness
+    from posttrain.schema import RunReport
 
     cfg = _config(args)
     runs = cfg.path(cfg.paths.runs)
@@ -205,33 +220,21 @@ def _cmd_status(args) -> int:
             raise CLIError(f"no runs under {runs} yet (posttrain run --config {args.config})")
         run_dir = max(found, key=lambda p: p.stat().st_mtime).parent
     path, record = run_dir / "report.json", liveness.read_record(run_dir)
-    report = {"run_id": run_dir.name, "stages": []}
-    if path.is_file():
-        try:
-            report = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CLIError(f"cannot read {path}: {exc}") from None
-    stages = report.get("stages", [])
+    report = _read_report(path) if path.is_file() else RunReport(run_id=run_dir.name)
     overall = _run_outcome(report, record)
-    print(f"run {report.get('run_id')}: {overall}  (wall {report.get('wall_s', 0):.0f} s, "
-          f"config {report.get('config', '')})")
+    print(f"run {report.run_id}: {overall}  (wall {report.wall_s:.0f} s, config {report.config})")
     if overall.startswith("crashed"):
         print(f"  {record.process.describe()} ended without finishing the run (killed?): "
               f"`posttrain resume {run_dir.name}` continues it, `posttrain run` starts a new run; "
               "either reuses the finished stages")
-    rows = []
-    for s in stages:
-        gate = s.get("gate")
-        rows.append([s["name"], s.get("status"), _fmt(bool(s.get("cached"))),
-                     "–" if not gate else ("passed" if gate.get("passed") else "FAILED"),
-                     f"{s.get('wall_s', 0):.0f}", (s.get("checkpoint") or {}).get("version")])
+    rows = [[s.name, s.status, _fmt(s.cached), "–" if not s.gate else ("passed" if s.gate.passed else "FAILED"),
+             f"{s.wall_s:.0f}", s.checkpoint.version if s.checkpoint else None] for s in report.stages]
     print(_table(rows, ["stage", "status", "cached", "gate", "wall s", "version"]))
-    for s in stages:
-        gate = s.get("gate")
-        if gate and not gate.get("passed"):
-            for c in gate.get("checks", []):
-                if not c.get("passed"):
-                    print(f"  {s['name']}: failed check {c['name']} = {_fmt(c.get('value'))} {c.get('detail', '')}".rstrip())
+    for s in report.stages:
+        if s.gate and not s.gate.passed:
+            for c in s.gate.checks:
+                if not c.passed:
+                    print(f"  {s.name}: failed check {c.name} = {_fmt(c.value)} {c.detail}".rstrip())
     registry_root = cfg.path(cfg.paths.registry)
     if (registry_root / "mlflow.db").is_file():
         from posttrain import promotion

@@ -78,6 +78,15 @@ def test_status(project, capsys):
     _one_line_error(*run(capsys, "status", "nope", "--config", cfg)[::2], r"no report for run nope")
 
 
+def test_status_of_a_report_that_does_not_validate_is_one_line_error(project, capsys):
+    cfg, report = project["config"], project["root"] / "runs" / "run-a" / "report.json"
+    report.write_text("{not json")
+    _one_line_error(*run(capsys, "status", "run-a", "--config", cfg)[::2], r"cannot read .*report\.json: .*JSON")
+    report.write_text(json.dumps({"run_id": "run-a", "stages": [{"name": "cold_start_sft", "status": "maybe"}]}))
+    _one_line_error(*run(capsys, "status", "run-a", "--config", cfg)[::2],
+                    r"cannot read .*report\.json: stages\.0\.status: Input should be 'passed', 'failed' or 'skipped'")
+
+
 def test_status_tells_a_killed_run_from_a_running_one(project, capsys):
     import subprocess
 
