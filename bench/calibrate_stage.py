@@ -26,7 +26,7 @@ from posttrain.checkpoint import directory_digest  # noqa: E402
 from posttrain.config import STAGES, load_config  # noqa: E402
 from posttrain.evaluation import evaluate  # noqa: E402
 from posttrain.gates import paired_interval  # noqa: E402
-from posttrain.schema import CheckpointRef, DatasetRef  # noqa: E402
+from posttrain.schema import CheckpointRef, RunReport  # noqa: E402
 
 
 def main() -> None:
@@ -52,8 +52,7 @@ def main() -> None:
     module = __import__(f"stages.{args.stage}", fromlist=["run"])
     datasets = []
     if args.datasets_from:
-        report = json.loads(args.datasets_from.read_text())
-        datasets = [DatasetRef(**d) for s in report["stages"] for d in s.get("datasets", [])]
+        datasets = [d for s in RunReport.read(args.datasets_from).stages for d in s.datasets]
     student = None
     if args.student:
         student = CheckpointRef(path=str(args.student.absolute()), digest=directory_digest(args.student))

@@ -50,7 +50,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def train_and_evaluate(cfg, seeds: list[int], epochs: float, out: Path) -> dict[int, EvalResult]:
-    from flows.pipeline import base_checkpoint
+    from flows.chain import base_checkpoint
     from posttrain.evaluation import evaluate
     from posttrain.prepared import prepare
     from posttrain.schema import StageInputs

@@ -46,6 +46,7 @@ RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
 from posttrain.config import STAGES  # noqa: E402
+from posttrain.schema import RunReport  # noqa: E402
 
 TARGET_S_PER_REUSED = 5.0
 
@@ -89,10 +90,10 @@ def _run(project: Path, prefect_home: Path, fail_stage: str | None) -> dict:
     if (proc.returncode == 0) != (fail_stage is None):
         raise RuntimeError(f"run with fail_stage={fail_stage} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     (report_path,) = set((project / "runs").glob("*/report.json")) - before
-    report = json.loads(report_path.read_text())
-    return {"flow_s": report["wall_s"], "process_s": process_s,
-            "stages": [{"name": s["name"], "cached": s["cached"], "wall_s": s.get("wall_s", 0.0),
-                        "status": s["status"]} for s in report["stages"] if s["status"] != "skipped"]}
+    report = RunReport.read(report_path)
+    return {"flow_s": report.wall_s, "process_s": process_s,
+            "stages": [{"name": s.name, "cached": s.cached, "wall_s": s.wall_s, "status": s.status}
+                       for s in report.stages if s.status != "skipped"]}
 
 
 def _stage_walls(run: dict) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Stage attempts: a run killed inside a stage (kill -9, OOM, reboot) leaves in-stage trainer
 checkpoints behind; the relaunched run continues from them instead of from step 0.
 
-Finished stages are reused through Prefect's result cache (flows/pipeline.py).  This module covers
+Finished stages are reused through Prefect's result cache (flows/tasks.py).  This module covers
 the stage that was running when the process died.  A relaunch is a new flow run, so its work
 directory (``runs/<run_id>/<stage>``) is new and the stage's own ``resume_point`` (posttrain.trainers)
 finds nothing there.  Hence:

@@ -6,9 +6,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from posttrain.chat import ChatConfig
 from posttrain.schema import ModelSettings
@@ -17,10 +17,6 @@ from posttrain.sources import SourceConfig, TaskKind, _as_list
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 
-# The chain, in order: adding a stage is a name here, a `stages/<name>.py` and its config below.
-StageName = Literal["cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft",
-                    "general_rl", "distillation"]
-STAGES: tuple[str, ...] = get_args(StageName)
 
 
 class Strict(BaseModel):
@@ -361,13 +357,21 @@ class DistillationStageConfig(Strict):
     gate: GateConfig = GateConfig()
 
 
-class StagesConfig(Strict):
-    cold_start_sft: ColdStartSFTConfig = ColdStartSFTConfig()
-    reasoning_rl: ReasoningRLConfig = ReasoningRLConfig()
-    rejection_sampling: RejectionSamplingConfig = RejectionSamplingConfig()
-    mode_fusion_sft: ModeFusionSFTConfig = ModeFusionSFTConfig()
-    general_rl: GeneralRLConfig = GeneralRLConfig()
-    distillation: DistillationStageConfig = DistillationStageConfig()
+# The chain, in order, with each stage's settings: adding a stage is one line here plus its
+# `stages/<name>.py` (and its config class above). STAGES, StageName (CLI choices, the flow's
+# `stages` parameter) and the `stages:` section of the YAML all follow from it.
+STAGE_CONFIGS: dict[str, type[Strict]] = {
+    "cold_start_sft": ColdStartSFTConfig,
+    "reasoning_rl": ReasoningRLConfig,
+    "rejection_sampling": RejectionSamplingConfig,
+    "mode_fusion_sft": ModeFusionSFTConfig,
+    "general_rl": GeneralRLConfig,
+    "distillation": DistillationStageConfig,
+}
+STAGES: tuple[str, ...] = tuple(STAGE_CONFIGS)
+StageName = Literal[STAGES]
+StagesConfig = create_model("StagesConfig", __base__=Strict, __doc__="Each stage's settings, by stage name.",
+                            **{name: (config, config()) for name, config in STAGE_CONFIGS.items()})
 
 
 class SandboxConfig(Strict):

@@ -1,12 +1,14 @@
 """Report card (nanochat style): one row per capability, one column per stage, plus training
-curves; written as report.json, report.md and PNG plots in the run folder."""
+curves; written as report.json (posttrain.schema.RunReport), report.md and PNG plots in the run
+folder."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from posttrain.metrics import lookup
+from posttrain.schema import RunReport, StageEntry
+
 CURVE_KEYS = ["loss", "reward", "rewards/correctness/mean", "rewards/instruction/mean", "completions/mean_length", "entropy"]
 
 
@@ -18,65 +20,64 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def capability_rows(stages: list[dict]) -> list[str]:
+def capability_rows(stages: list[StageEntry]) -> list[str]:
     """Every metric any stage was evaluated on, in the order the evaluation produced them."""
-    return list(dict.fromkeys(key for s in stages for key in (s.get("eval") or {})))
+    return list(dict.fromkeys(key for s in stages for key in s.eval))
 
 
-def render_markdown(report: dict) -> str:
-    stages = report["stages"]
-    lines = [f"# Report card — run {report['run_id']}", "",
-             f"config `{report.get('config', '')}` · wall time {report.get('wall_s', 0):.0f} s"
-             f" · code sandbox: {report.get('sandbox', 'not used')}", ""]
-    header = "| capability | " + " | ".join(s["name"] for s in stages) + " |"
+def render_markdown(report: RunReport) -> str:
+    stages = report.stages
+    lines = [f"# Report card — run {report.run_id}", "",
+             f"config `{report.config}` · wall time {report.wall_s:.0f} s · code sandbox: {report.sandbox}", ""]
+    header = "| capability | " + " | ".join(s.name for s in stages) + " |"
     lines += [header, "|" + "---|" * (len(stages) + 1)]
     for key in capability_rows(stages):
         metric = lookup(key)
         label = f"{key.rpartition('/')[0]}: {metric.label if metric else key}"
-        lines.append(f"| {label} | " + " | ".join(_fmt(s.get("eval", {}).get(key)) for s in stages) + " |")
+        lines.append(f"| {label} | " + " | ".join(_fmt(s.eval.get(key)) for s in stages) + " |")
     lines.append("| **gate** | " + " | ".join(
-        "–" if not s.get("gate") else ("passed" if s["gate"]["passed"] else "**FAILED**") for s in stages) + " |")
-    lines.append("| status | " + " | ".join(s["status"] + (" (cached)" if s.get("cached") else "") for s in stages) + " |")
-    lines.append("| wall s | " + " | ".join(f"{s.get('wall_s', 0):.0f}" for s in stages) + " |")
+        "–" if not s.gate else ("passed" if s.gate.passed else "**FAILED**") for s in stages) + " |")
+    lines.append("| status | " + " | ".join(s.status + (" (cached)" if s.cached else "") for s in stages) + " |")
+    lines.append("| wall s | " + " | ".join(f"{s.wall_s:.0f}" for s in stages) + " |")
     lines += ["", "## Gates", ""]
     for s in stages:
-        gate = s.get("gate")
-        if not gate:
+        if not s.gate:
             continue
-        lines.append(f"**{s['name']}** — {'passed' if gate['passed'] else 'FAILED'}")
+        lines.append(f"**{s.name}** — {'passed' if s.gate.passed else 'FAILED'}")
         lines.append("")
-        for c in gate["checks"]:
-            mark = "✅" if c["passed"] else "❌"
-            lines.append(f"- {mark} {c['name']}: {_fmt(c['value'])} (threshold {_fmt(c['threshold'])}) {c.get('detail', '')}")
+        for c in s.gate.checks:
+            mark = "✅" if c.passed else "❌"
+            lines.append(f"- {mark} {c.name}: {_fmt(c.value)} (threshold {_fmt(c.threshold)}) {c.detail}")
         lines.append("")
-    flagged = [s for s in stages if s.get("alerts") or s.get("policies")]
+    flagged = [s for s in stages if s.alerts or s.policies]
     if flagged:
         lines += ["## RL policies and alerts", ""]
         for s in flagged:
-            for key, value in (s.get("policies") or {}).items():
+            for key, value in s.policies.items():
                 if value:
-                    lines.append(f"- {s['name']} {key.replace('_', ' ')}: {value}")
-            lines += [f"- ⚠️ {s['name']}: {alert}" for alert in s.get("alerts") or []]
+                    lines.append(f"- {s.name} {key.replace('_', ' ')}: {value}")
+            lines += [f"- ⚠️ {s.name}: {alert}" for alert in s.alerts]
         lines.append("")
     lines += ["## Checkpoints", "", "| stage | version | digest | path |", "|---|---|---|---|"]
     for s in stages:
-        ck = s.get("checkpoint") or {}
-        lines.append(f"| {s['name']} | {ck.get('version') or '–'} | `{(ck.get('digest') or '')[:19]}` | `{ck.get('path', '')}` |")
+        ck = s.checkpoint
+        lines.append(f"| {s.name} | {(ck and ck.version) or '–'} | `{(ck.digest if ck else '')[:19]}` | "
+                     f"`{ck.path if ck else ''}` |")
     lines += ["", "![capabilities](capabilities.png)", "", "![training curves](training.png)", ""]
     return "\n".join(lines)
 
 
-def plot_capabilities(report: dict, out: Path) -> None:
+def plot_capabilities(report: RunReport, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stages = [s for s in report["stages"] if s.get("eval")]
+    stages = [s for s in report.stages if s.eval]
     # Shares of items done right (lengths and per-language splits are in the table).
     keys = [k for k in capability_rows(stages) if (m := lookup(k)) and m.paired and m.higher_is_better]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for key in keys:
-        ax.plot([s["name"] for s in stages], [s["eval"].get(key, 0) for s in stages], marker="o", label=key)
+        ax.plot([s.name for s in stages], [s.eval.get(key, 0) for s in stages], marker="o", label=key)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("share of held-out items")
     ax.set_title("Capabilities after each stage")
@@ -87,21 +88,21 @@ def plot_capabilities(report: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def plot_training(report: dict, out: Path) -> None:
+def plot_training(report: RunReport, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stages = [s for s in report["stages"] if s.get("train_log")]
+    stages = [s for s in report.stages if s.train_log]
     if not stages:
         return
     fig, axes = plt.subplots(1, len(stages), figsize=(3.6 * len(stages), 3.2), squeeze=False)
     for ax, s in zip(axes[0], stages):
         for key in CURVE_KEYS:
-            points = [(row.get("step", i), row[key]) for i, row in enumerate(s["train_log"]) if key in row]
+            points = [(row.get("step", i), row[key]) for i, row in enumerate(s.train_log) if key in row]
             if points and key != "completions/mean_length":
                 ax.plot(*zip(*points), label=key.replace("rewards/", "").replace("/mean", ""))
-        ax.set_title(s["name"], fontsize=9)
+        ax.set_title(s.name, fontsize=9)
         ax.set_xlabel("step")
         ax.legend(fontsize=6)
     fig.tight_layout()
@@ -117,13 +118,13 @@ RL_PANELS = [
 ]
 
 
-def plot_rl(report: dict, out: Path) -> bool:
+def plot_rl(report: RunReport, out: Path) -> bool:
     """One row per RL stage: the curves that say whether RL is learning or just drifting."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stages = [s for s in report["stages"] if any("reward" in row for row in s.get("train_log") or [])]
+    stages = [s for s in report.stages if any("reward" in row for row in s.train_log)]
     if not stages:
         return False
     fig, axes = plt.subplots(len(stages), len(RL_PANELS), figsize=(3.8 * len(RL_PANELS), 3.0 * len(stages)),
@@ -131,11 +132,11 @@ def plot_rl(report: dict, out: Path) -> bool:
     for row_axes, s in zip(axes, stages):
         for ax, (title, keys) in zip(row_axes, RL_PANELS):
             for key in keys:
-                points = [(row["step"], row[key]) for row in s["train_log"] if key in row and "step" in row]
+                points = [(row["step"], row[key]) for row in s.train_log if key in row and "step" in row]
                 if points:
                     ax.plot(*zip(*points), marker="o" if key.startswith("heldout") else None, markersize=3,
                             label=key.replace("rewards/", "").replace("/mean", ""))
-            ax.set_title(f"{s['name']}: {title}", fontsize=9)
+            ax.set_title(f"{s.name}: {title}", fontsize=9)
             ax.set_xlabel("step")
             if ax.lines:
                 ax.legend(fontsize=6)
@@ -149,10 +150,10 @@ def plot_rl(report: dict, out: Path) -> bool:
     return True
 
 
-def write_report(run_dir: Path, report: dict) -> Path:
+def write_report(run_dir: Path, report: RunReport) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    tmp.write_text(report.model_dump_json(indent=2))
     os.replace(tmp, run_dir / "report.json")
     plot_capabilities(report, run_dir / "capabilities.png")
     plot_training(report, run_dir / "training.png")

@@ -1,3 +1,5 @@
+"""Shared fixtures: one smoke world and one smoke run per session, offline settings, and the
+smoke config written as a project of its own."""
 import os
 from pathlib import Path
 

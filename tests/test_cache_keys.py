@@ -14,7 +14,7 @@ def _parameters(**inputs):
 
 @pytest.fixture
 def key(monkeypatch):
-    import flows.pipeline as pipeline
+    import flows.tasks as pipeline
 
     monkeypatch.setattr(pipeline, "code_state", lambda: {"revision": "abc", "dirty": None})
     return lambda **inputs: pipeline.stage_cache_key(None, _parameters(**inputs))
@@ -27,7 +27,7 @@ def test_the_key_follows_the_stage_inputs_and_not_the_run(key):
 
 
 def test_a_reward_fix_or_a_library_upgrade_changes_the_key(key, monkeypatch):
-    import flows.pipeline as pipeline
+    import flows.tasks as pipeline
     import posttrain.rewards as rewards
 
     before = key()
@@ -40,7 +40,7 @@ def test_a_reward_fix_or_a_library_upgrade_changes_the_key(key, monkeypatch):
 
 
 def test_uncommitted_code_keys_the_cache_on_its_diff(key, monkeypatch):
-    import flows.pipeline as pipeline
+    import flows.tasks as pipeline
 
     clean = key()
     monkeypatch.setattr(pipeline, "code_state", lambda: {"revision": "abc", "dirty": "d1"})
@@ -52,7 +52,7 @@ def test_uncommitted_code_keys_the_cache_on_its_diff(key, monkeypatch):
 def test_code_state_sees_edits_and_new_files_under_the_code_folders(tmp_path, monkeypatch):
     import subprocess
 
-    import flows.pipeline as pipeline
+    import flows.tasks as pipeline
 
     for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
         subprocess.run(["git", *args], cwd=tmp_path, check=True)

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]  # make test-all and 
 
 STAGES = ("cold_start_sft", "reasoning_rl", "rejection_sampling", "mode_fusion_sft", "general_rl", "distillation")
 SEED = int(os.environ.get("POSTTRAIN_FAULT_SEED", "20261129"))
-PAUSE_S = 3.0      # test-only sleep after a stage's work (flows/pipeline.py PAUSE_STAGE_ENV)
+PAUSE_S = 3.0      # test-only sleep after a stage's work (flows/tasks.py PAUSE_STAGE_ENV)
 KILL_WINDOW_S = 2.4  # kill at U(0, KILL_WINDOW_S) after the attempt marker: < PAUSE_S, so inside the stage
 RL_STEPS = 4       # reasoning RL steps (save_steps 1): the kill after checkpoint-1 lands mid-training
 SENTINEL = "fault_test_sentinel"

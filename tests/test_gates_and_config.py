@@ -1,3 +1,5 @@
+"""Gates (paired intervals, Holm families, carried checks, tolerances) and the config fields
+that drive them."""
 import pytest
 
 from posttrain.config import ConfigError, GateConfig, GateTarget, load_config

@@ -1,3 +1,4 @@
+"""Length rewards: overlong penalties and length-aware correctness on whole replies."""
 from types import SimpleNamespace
 
 import pytest

@@ -30,7 +30,8 @@ CANARY = "posttrain-canary-secret-6d1f"
 
 
 def _run(project, monkeypatch, fail_stage=None, **kwargs):
-    from flows.pipeline import FAIL_STAGE_ENV, pipeline
+    from flows.pipeline import pipeline
+    from flows.tasks import FAIL_STAGE_ENV
 
     # secrets live in the environment: none may reach a report, a tag, a log or a dataset
     monkeypatch.setenv("HF_TOKEN", CANARY)

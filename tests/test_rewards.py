@@ -1,3 +1,5 @@
+"""Reward functions in TRL's shape: correctness, format, mode, language consistency,
+instruction following, and their weighting."""
 import pytest
 
 from posttrain.chat import assemble_response

@@ -1,3 +1,4 @@
+"""The embedded world: task generators, the chat format, the corpus and the tiny model build."""
 import random
 
 import pytest

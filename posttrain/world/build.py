@@ -73,13 +73,13 @@ def build_data(cfg: PipelineConfig) -> dict:
     for name, rows in evals.items():
         tasks.check_no_overlap([r["question"] for r in rows], train_prompts + corpus_questions, what=f"in {name}")
     files = {
-        "cold_start": [_trace(p, thinking=True) for p in pool_share(math, "cold_start")],
+        "cold_start": [_trace(p, thinking=True) for p in pool_share(math, "cold_start_sft")],
         "reasoning_prompts": [_math_prompt(p, True) for p in pool_share(math, "reasoning_rl")],
         "rejection_prompts": [_math_prompt(p, True) for p in pool_share(math, "rejection_sampling")],
-        "non_reasoning_direct": [_sft(d, assemble_response("", d["answer"]), False) for d in pool_share(direct, "mode_fusion")],
+        "non_reasoning_direct": [_sft(d, assemble_response("", d["answer"]), False) for d in pool_share(direct, "mode_fusion_sft")],
         "non_reasoning_instruction": [_sft(t, t["gold_response"], tasks.instruction_mode(t))
-                                      for t in pool_share(instruction, "mode_fusion")],
-        "non_reasoning_math": [_trace(p, thinking=False) for p in pool_share(math, "mode_fusion")],
+                                      for t in pool_share(instruction, "mode_fusion_sft")],
+        "non_reasoning_math": [_trace(p, thinking=False) for p in pool_share(math, "mode_fusion_sft")],
         "general_instruction_prompts": [_instruction_prompt(t) for t in pool_share(instruction, "general_rl")],
         # 30% of general RL's math asks /no_think (any prefix keeps the share), so RL trains the
         # switch learnt in fusion instead of eroding it.
@@ -207,7 +207,7 @@ def _dvc_stale_stages(root: Path, env: dict) -> list[str]:
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The embedded world's pretrained base (teacher) or student base. (A configured model of the
-    user's own is located by flows.pipeline.base_checkpoint.)"""
+    user's own is located by flows.chain.base_checkpoint.)"""
     from posttrain.checkpoint import directory_digest
 
     paths = WorldPaths(cfg.path(cfg.paths.world))
@@ -220,8 +220,9 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
 
 # Each role file takes its own share of a generated pool, so stages do not train on one another's
 # prompts (fractions of the pool, so a small smoke world works the same way).
-POOL_SHARES = {"cold_start": (0.0, 0.1), "reasoning_rl": (0.1, 0.55), "rejection_sampling": (0.55, 0.7),
-               "mode_fusion": (0.7, 0.8), "general_rl": (0.8, 0.9), "distillation": (0.9, 1.0)}
+# Keyed by the pipeline's stage names (posttrain.config.STAGES).
+POOL_SHARES = {"cold_start_sft": (0.0, 0.1), "reasoning_rl": (0.1, 0.55), "rejection_sampling": (0.55, 0.7),
+               "mode_fusion_sft": (0.7, 0.8), "general_rl": (0.8, 0.9), "distillation": (0.9, 1.0)}
 
 
 def pool_share(rows: list[dict], stage: str) -> list[dict]:

@@ -1,0 +1,197 @@
+"""The steps of one pipeline run, one method each, in the order flows/pipeline.py calls them:
+prepare the data, evaluate the base, and for every stage train (or reuse), evaluate, judge,
+register and record. The run's typed report (posttrain.schema.RunReport) is rewritten after every
+step that changes it, so a run that dies leaves a report that says where.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from flows.tasks import call_cached, code_state, evaluate_checkpoint, run_stage
+from posttrain.config import STAGES, PipelineConfig, config_hash
+from posttrain.gates import carried_checks, judge
+from posttrain.prepared import PreparedData, prepare
+from posttrain.registry import Registry
+from posttrain.report import write_report
+from posttrain.schema import CheckpointRef, EvalResult, GateVerdict, RunReport, StageEntry, StageInputs, StageResult
+
+
+class GateFailed(RuntimeError):
+    pass
+
+
+def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
+    """The starting checkpoint: the embedded world's base, or the configured model (HF id / path)."""
+    from posttrain.checkpoint import directory_digest
+
+    location = cfg.base.model if which == "teacher" else cfg.base.student
+    if location == "embedded":
+        from posttrain.world.build import base_checkpoint as embedded_base
+
+        return embedded_base(cfg, which)
+    local = Path(location) if Path(location).is_absolute() else cfg.path(location)
+    if local.is_dir():
+        return CheckpointRef(path=str(local), digest=directory_digest(local))
+    return CheckpointRef(path=location, digest=f"hub:{location}")
+
+
+def code_isolation(cfg: PipelineConfig, data: PreparedData) -> str:
+    """The code sandbox's mode when any row is a code task or a stage weighs the code reward;
+    without OS isolation (and no opt-in) the run stops here, before any work."""
+    code_rows = any(r.get("kind") == "code" for d in data.loaded.values() for r in d.rows)
+    code_reward = any(getattr(getattr(cfg.stage(n), "rewards", None), "code", 0) for n in STAGES)
+    if not (code_rows or code_reward):
+        return "not used"
+    from posttrain.rewards.code_sandbox import require_isolation, sandbox_info
+
+    mode = require_isolation(cfg.sandbox.unsafe_allow_unisolated)
+    get_run_logger().info(f"code sandbox: {sandbox_info()}")
+    return mode if mode != "none" else "none (unsafe_allow_unisolated)"
+
+
+class ChainRun:
+    """One run of the chain: its config, run folder, data, registry and report."""
+
+    def __init__(self, cfg: PipelineConfig, run_id: str, run_dir: Path, config_path: str, selected: set[str],
+                 force: bool, started: float):
+        self.cfg, self.run_dir, self.force = cfg, run_dir, force
+        self.selected = [name for name in STAGES if name in selected]
+        self.started = self.stage_started = started
+        self.storage = cfg.path(cfg.paths.runs) / "prefect-results"
+        self.log = get_run_logger()
+        self.report = RunReport(run_id=run_id, config=config_path)
+        self.evals: dict[str, EvalResult] = {}
+
+    def prepare_data(self) -> None:
+        """The embedded world if a model is `embedded`, every data role normalised and content-
+        addressed, the code sandbox checked, the registry opened: all before any training."""
+        cfg = self.cfg
+        if "embedded" in (cfg.base.model, cfg.base.student):
+            from posttrain.world.build import ensure_world
+
+            ensure_world(cfg, log=self.log.info)
+        self.data = prepare(cfg, cfg.path(cfg.paths.runs) / "prepared", tuple(self.selected))
+        for note in (n for d in self.data.loaded.values() for n in d.notes):
+            self.log.info(note)
+        self.report.sandbox = code_isolation(cfg, self.data)
+        self.registry = Registry.for_config(cfg)
+        code = code_state()
+        if code["dirty"]:
+            self.log.warning(f"stages/, posttrain/ or flows/ have uncommitted changes (diff {code['dirty']}): "
+                             "recorded in the lineage; the stage cache only matches runs of this exact diff")
+        self.lineage = {"flow_run": self.report.run_id, "config_hash": config_hash(cfg),
+                        "code_revision": code["revision"], "code_dirty": code["dirty"] or "no",
+                        "sandbox": self.report.sandbox, "seed": str(cfg.seed)}
+
+    def evaluate_base(self) -> StageEntry:
+        base = base_checkpoint(self.cfg, "teacher")
+        evaluation, cached = call_cached(evaluate_checkpoint, self.force, self.storage, checkpoint=base,
+                                         config=self.cfg, suites=self.data.suites, label="base")
+        self.evals["base"] = evaluation
+        entry = StageEntry(name="base", status="passed", cached=cached, checkpoint=base, eval=evaluation.metrics,
+                           eval_items=evaluation.items)
+        self.report.stages.append(entry)
+        return entry
+
+    def skip(self, name: str) -> None:
+        self.report.stages.append(StageEntry(name=name, status="skipped"))
+
+    def train(self, name: str, parent: StageEntry) -> tuple[StageResult, bool]:
+        """The stage's result, from the cache when its inputs are unchanged; (result, cached)."""
+        self.stage_started = time.time()
+        entry = StageEntry(name=name)  # "failed" until recorded: a crash leaves the report saying where
+        self.report.stages.append(entry)
+        inputs = StageInputs(
+            work_dir=str(self.run_dir / name), data=self.data.for_stage(name), model=self.cfg.base.settings(),
+            parent=parent.checkpoint, probe=self.data.probe(self.cfg) if name == "reasoning_rl" else None,
+            seed=self.cfg.seed, datasets=[d for s in self.report.stages for d in s.datasets],
+            student=base_checkpoint(self.cfg, "student") if name == "distillation" else None,
+            data_store=str(self.cfg.path(self.cfg.paths.data_store)),
+            dvc_remote=str(self.cfg.path(self.cfg.paths.dvc_remote)))
+        try:
+            return call_cached(run_stage, self.force, self.storage, name=name, config=self.cfg, inputs=inputs)
+        except Exception:
+            entry.wall_s = time.time() - self.stage_started
+            self.write()
+            raise
+
+    def evaluate(self, name: str, result: StageResult, parent: StageEntry) -> EvalResult:
+        """Held-out scores of the stage's checkpoint; a data-only stage (same checkpoint) keeps its
+        parent's, since the policy did not change."""
+        if result.checkpoint.digest == parent.checkpoint.digest:
+            evaluation = self.evals[parent.name]
+        else:
+            evaluation, _ = call_cached(evaluate_checkpoint, self.force, self.storage, checkpoint=result.checkpoint,
+                                        config=self.cfg, suites=self.data.suites, label=name)
+        self.evals[name] = evaluation
+        return evaluation
+
+    def judge(self, name: str, result: StageResult, evaluation: EvalResult, parent: StageEntry) -> GateVerdict:
+        """The stage's gate, plus every check an earlier gate made (carry_forward) in one family."""
+        cfg, gate = self.cfg, self.cfg.stage(name).gate
+        earlier = [(s, cfg.stage(s).gate) for s in self.selected[:self.selected.index(name)]]
+        verdict = judge(name, gate, evaluation, parent=parent.name, evals=self.evals, stage_metrics=result.train_metrics,
+                        confidence=cfg.evaluation.confidence, gates=cfg.gates,
+                        carried=carried_checks(earlier, cfg.gates) if gate.carry_forward else [])
+        create_table_artifact(
+            key=f"gate-{name.replace('_', '-')}",
+            table=[{"check": c.name, "value": c.value, "threshold": c.threshold, "passed": c.passed,
+                    "detail": c.detail} for c in verdict.checks],
+            description=f"Gate verdict for {name}: {'passed' if verdict.passed else 'FAILED'}")
+        (self.run_dir / name).mkdir(parents=True, exist_ok=True)
+        (self.run_dir / name / "gate.json").write_text(verdict.model_dump_json(indent=2))
+        return verdict
+
+    def register(self, name: str, result: StageResult, verdict: GateVerdict, cached: bool,
+                 parent: StageEntry) -> str | None:
+        """The registry version of the stage's checkpoint, with its lineage and verdict (a data-only
+        stage keeps its parent's version)."""
+        if result.checkpoint.digest == parent.checkpoint.digest:
+            return parent.checkpoint.version
+        consumed = {d.name: d.md5 for d in result.datasets_consumed}
+        consumed |= {f"{d.name} <- {label}": md5 for d in result.datasets_consumed for label, md5 in d.sources.items()}
+        tags = {**self.lineage, "stage": name, "parent_version": str(parent.checkpoint.version or "base"),
+                "parent_digest": parent.checkpoint.digest, "datasets": json.dumps(consumed),
+                "datasets_produced": json.dumps({d.name: d.md5 for d in result.datasets_produced}),
+                "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
+        training = self.cfg.stage(name).model_dump(mode="json")
+        return self.registry.register_stage(
+            name, result.checkpoint, tags, verdict,
+            log_training=None if cached else lambda: self.registry.log_training(name, training, result.train_log, tags))
+
+    def record(self, name: str, result: StageResult, cached: bool, evaluation: EvalResult, verdict: GateVerdict,
+               version: str | None) -> StageEntry:
+        """The stage's column of the report card; it becomes the next stage's parent."""
+        entry = self.report.stages[-1] = self.report.stages[-1].model_copy(update=dict(
+            status="passed" if verdict.passed else "failed", cached=cached, wall_s=time.time() - self.stage_started,
+            checkpoint=result.checkpoint.model_copy(update={"version": version}), gate=verdict,
+            eval=evaluation.metrics, eval_items=evaluation.items, train_metrics=result.train_metrics,
+            train_log=result.train_log, policies=result.policies, alerts=result.alerts,
+            datasets=result.datasets_produced))
+        self.write()
+        self.log.info(f"{name}: gate {'passed' if verdict.passed else 'FAILED'}{' (cached stage)' if cached else ''}; "
+                      f"{json.dumps({c.name: c.value for c in verdict.checks})}")
+        return entry
+
+    def write(self) -> Path:
+        self.report.wall_s = time.time() - self.started
+        return write_report(self.run_dir, self.report)
+
+    def finish(self, failed_gates: list[str]) -> dict:
+        report_path = self.write()
+        create_markdown_artifact(key="report-card", markdown=report_path.read_text(),
+                                 description=f"run {self.report.run_id}")
+        self.log.info(f"report: {report_path}")
+        if failed_gates:
+            raise GateFailed(" | ".join(failed_gates) + f" (report: {report_path})")
+        return {"run_id": self.report.run_id, "report": str(report_path)}
+
+
+def gate_failure(name: str, verdict: GateVerdict) -> str:
+    return f"gate of {name} failed: " + "; ".join(f"{c.name} = {c.value} ({c.detail})"
+                                                  for c in verdict.checks if not c.passed)
