@@ -88,9 +88,9 @@ class StageEntry(BaseModel):
     wall_s: float = 0.0
     checkpoint: CheckpointRef | None = None
     gate: GateVerdict | None = None
-    eval: dict[str, float] = Field(default_factory=dict)
+    eval: dict[str, float | None] = Field(default_factory=dict)   # None: not a finite number
     eval_items: dict[str, int] = Field(default_factory=dict)
-    train_metrics: dict[str, float] = Field(default_factory=dict)
+    train_metrics: dict[str, float | None] = Field(default_factory=dict)
     train_log: list[dict] = Field(default_factory=list)
     policies: dict[str, str] = Field(default_factory=dict)
     alerts: list[str] = Field(default_factory=list)
