@@ -52,9 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math, verify_stream  # noqa: E402
-from posttrain.rewards.code_sandbox import (  # noqa: E402
-    SANDBOX_VERSION, SandboxLimits, run_tests, sandbox_isolation,
-)
+from posttrain.rewards.code_judge import run_tests  # noqa: E402
+from posttrain.rewards.code_sandbox import SANDBOX_VERSION, SandboxLimits, sandbox_isolation  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "verifiers.json"
 SECTIONS = ("math", "math_adversarial", "code_sandbox", "reward_share")

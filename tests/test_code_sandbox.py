@@ -18,10 +18,8 @@ import pytest
 
 from posttrain.chat import assemble_response
 from posttrain.rewards import REWARDS, build_rewards
-from posttrain.rewards.code_sandbox import (
-    ISOLATED_MODES, SANDBOX_VERSION, SandboxLimits, code_execution, extract_code, run_tests, sandbox_info,
-    sandbox_mode,
-)
+from posttrain.rewards.code_judge import code_execution, extract_code, run_tests
+from posttrain.rewards.code_sandbox import ISOLATED_MODES, SANDBOX_VERSION, SandboxLimits, sandbox_info, sandbox_mode
 
 ADD = [{"input": "2 3\n", "output": "5"}, {"input": "10 -4\n", "output": "6\n"}, {"input": "0 0", "output": "0"}]
 ADD_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -457,8 +455,8 @@ def test_the_mode_in_use_is_reported():
 
 REFUSAL = r'''
 import json
-from posttrain.rewards.code_sandbox import (SandboxUnavailable, code_execution, require_isolation, run_tests,
-                                            sandbox_info)
+from posttrain.rewards.code_judge import code_execution, run_tests
+from posttrain.rewards.code_sandbox import SandboxUnavailable, require_isolation, sandbox_info
 ADD = [{"input": "2 3", "output": "5"}]
 ADD_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
 out = {"info": sandbox_info()}

@@ -174,7 +174,8 @@ def test_kill_9_of_a_run_leaves_none_of_its_processes_alive(tmp_path):
 HELPERS = """
 import sys, threading, time
 from posttrain.rewards.math import verify_math
-from posttrain.rewards.code_sandbox import SandboxLimits, run_tests
+from posttrain.rewards.code_judge import run_tests
+from posttrain.rewards.code_sandbox import SandboxLimits
 
 for _ in range(300):  # the first calls run out of time while the worker imports sympy
     verdict = verify_math("\\\\boxed{\\\\frac{1}{\\\\sqrt{2}}}", "\\\\frac{\\\\sqrt{2}}{2}")

@@ -11,7 +11,8 @@ from typing import Callable
 
 from posttrain.chat import ChatConfig, parse_response, to_canonical
 from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok
-from posttrain.rewards.code_sandbox import SANDBOX_VERSION, code_execution
+from posttrain.rewards.code_judge import code_execution
+from posttrain.rewards.code_sandbox import SANDBOX_VERSION
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
 from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward

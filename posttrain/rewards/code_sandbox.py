@@ -1,8 +1,11 @@
-"""Run a candidate Python program against test cases in a throw-away sandbox; reward = tests passed.
+"""OS isolation for untrusted code: which kind this machine gives (`sandbox_mode()`, probed once),
+the refusal to run code without it (`require_isolation`), what a stage records (`sandbox_info`),
+and running one program in a confined child interpreter (`run_in_sandbox`).  Judging programs
+against tests, and the code reward, are in code_judge.py; what the child runs ahead of the
+candidate is sandbox_child.py; the seccomp filter is sandbox_seccomp.py.
 
-One child interpreter per test case (as competitive-programming judges do: a crash, a hang or a
-poisoned global in one test cannot leak into the next), started `-I -S -X utf8` with an empty
-environment. Untrusted code runs only under OS isolation; which kind is `sandbox_mode()`:
+Each program runs in a child interpreter started `-I -S -X utf8` with an empty environment.
+Untrusted code runs only under OS isolation; which kind is `sandbox_mode()`:
 
 "bwrap" (preferred; bubblewrap on PATH): new pid, network, ipc, uts and cgroup namespaces; a new
   root holding only read-only binds of /usr and the interpreter's prefix, a fresh /proc (this pid
@@ -16,7 +19,7 @@ environment. Untrusted code runs only under OS isolation; which kind is `sandbox
   chroots into a directory of read-only binds of /usr and the prefix plus a size-capped tmpfs, and
   switches to a random private uid. There is no /proc. Processes of that uid are killed after each
   test when forks are allowed (with the default `max_processes=1` none can exist).
-"none": no isolation is available. `run_tests` then refuses (reason "no_isolation", reward 0)
+"none": no isolation is available. `run_tests` (code_judge.py) then refuses (reason "no_isolation", reward 0)
   unless the process opted in with `require_isolation(allow_unisolated=True)` (config
   `sandbox: unsafe_allow_unisolated: true`) or the caller asked for `isolation="none"` itself.
   What is left is rlimits plus the audit hook below, which in-process code can switch off.
@@ -36,21 +39,11 @@ In every mode:
   access outside the work dir and the stdlib by exiting at once. PEP 578 says audit hooks are not a
   sandbox, and this one can be switched off from inside; it is there for clear reasons in the
   verdict ("violation: ..."), never as the boundary.
-
-Call tests compare by value: `ast.literal_eval(repr(result)) == ast.literal_eval(expected)` when
-both are Python literals (so 5 == 5.0, but [1, 2] != (1, 2)), else the repr string against the
-expected string. The child prints the repr after a per-run nonce; a candidate that deliberately
-walks the stack into the harness (sys._getframe, which the stdlib itself needs) could read the nonce
-and forge a result. Stdin/stdout tests are compared in the parent and cannot be forged that way.
 """
 from __future__ import annotations
 
-import ast
-import ctypes
 import json
-import logging
 import os
-import re
 import secrets
 import select
 import selectors
@@ -61,17 +54,15 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
+
+from posttrain.rewards.sandbox_child import CHILD_PROGRAM
+from posttrain.rewards.sandbox_seccomp import build_seccomp
 
 SANDBOX_VERSION = "code-sandbox/2"
 ISOLATED_MODES = ("bwrap", "namespaces")  # best first
-
-_VIOLATION_EXIT = 97  # the child's audit hook exits with this after writing "sandbox violation: ..."
-_SETUP_EXIT = 98  # namespaces / mounts / uid switch / seccomp failed in the child before the candidate ran
 _UID_RANGE = (1_000_000, 2_000_000_000)  # far above any real account
-_log = logging.getLogger(__name__)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -95,244 +86,6 @@ class SandboxLimits:
     audit_hook: bool = True  # False only to test what the kernel layers hold on their own
 
 
-@dataclass(frozen=True)
-class SandboxVerdict:
-    reward: float
-    reason: str  # pass | wrong_answer | runtime_error | timeout | cpu_limit | memory_limit |
-    #              output_limit | file_limit | violation | budget | no_tests | no_code |
-    #              code_too_long | bad_test | no_isolation | sandbox_error
-    passed: int
-    total: int
-    details: list[str] = field(default_factory=list)
-
-
-# ----------------------------------------------------------------------------------- the child
-
-# Runs before the candidate (as root until the uid switch where there is one). Its configuration
-# arrives on the descriptor named in argv[1], which it reads and closes.
-_CHILD = r'''
-import json, os, resource, sys
-with open(int(sys.argv[1]), "rb") as _f:
-    cfg = json.loads(_f.read())
-sys.argv = ["solution.py"]
-
-def _libc():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    def ok(rc, what):
-        if rc != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, what + ": " + os.strerror(e))
-    return ctypes, libc, ok
-
-def _namespaces_setup(cfg):
-    ctypes, libc, ok = _libc()
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-    ok(libc.unshare(0x00020000 | 0x40000000), "unshare(CLONE_NEWNS|CLONE_NEWNET)")
-    ok(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    root = cfg["root"]
-    for src in cfg["binds"]:
-        dst = (root + src).encode()
-        ok(libc.mount(src.encode(), dst, None, MS_BIND | MS_REC, None), "bind " + src)
-        ok(libc.mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
-           "read-only " + src)
-    uid = cfg["uid"]
-    opts = "size=%d,mode=0700,uid=%d,gid=%d" % (cfg["tmpfs_bytes"], uid, uid)
-    ok(libc.mount(b"tmpfs", (root + "/work").encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()), "tmpfs")
-    os.chroot(root)
-    os.chdir("/work")
-    _drop_to(uid)
-    ok(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
-    ok(libc.prctl(1, 9, 0, 0, 0), "PR_SET_PDEATHSIG")  # after setuid, which clears it
-    if cfg["seccomp"]:
-        prog = bytes.fromhex(cfg["seccomp"])
-        buf = ctypes.create_string_buffer(prog, len(prog))
-        class Fprog(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-        fprog = Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
-        ok(libc.prctl(22, 2, ctypes.byref(fprog), 0, 0), "PR_SET_SECCOMP")
-    for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
-        del sys.modules[name]
-
-def _drop_to(uid):
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-
-def _limits(cfg):
-    for res, value in ((resource.RLIMIT_CPU, cfg["cpu"]), (resource.RLIMIT_AS, cfg["mem"]),
-                       (resource.RLIMIT_FSIZE, cfg["fsize"]), (resource.RLIMIT_NOFILE, cfg["nofile"]),
-                       (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, cfg["nproc"])):
-        hard = value + 1 if res == resource.RLIMIT_CPU else value  # SIGXCPU first, SIGKILL a second later
-        resource.setrlimit(res, (value, hard))
-
-def _hook_for(work, readable):
-    import posixpath
-    realpath, getcwd, write, exit_now = posixpath.realpath, os.getcwd, os.write, os._exit
-    WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    REFUSED = frozenset([
-        "os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-        "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "os.startfile",
-        "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-    ])
-    PATH_WRITE = frozenset(["os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link",
-                            "os.chmod", "os.chown", "os.truncate", "os.utime", "shutil.rmtree",
-                            "shutil.copyfile", "shutil.move"])
-    PATH_READ = frozenset(["os.listdir", "os.scandir", "os.chdir", "glob.glob", "os.walk"])
-    busy = []
-
-    def refuse(what):
-        write(2, ("\nsandbox violation: " + what + "\n").encode("utf-8", "replace"))
-        exit_now(97)
-
-    def inside(path, roots):
-        if path is None or type(path) is int:
-            return True  # the cwd, or an already-open descriptor
-        if type(path) is bytes:
-            path = path.decode("utf-8", "surrogateescape")
-        if type(path) is not str:
-            return False
-        if not path.startswith("/"):
-            path = getcwd() + "/" + path
-        path = realpath(path)
-        return any(path == r or path.startswith(r + "/") for r in roots)
-
-    def hook(event, args):
-        if busy:
-            return  # our own realpath/getcwd calls
-        busy.append(1)
-        try:
-            if event in REFUSED or event.startswith(("socket.", "ctypes.")):
-                refuse(event)
-            elif event == "import" and args and args[0] in ("ctypes", "_ctypes"):
-                refuse("import " + args[0])
-            elif event == "open":
-                path, _, flags = args
-                writing = type(flags) is int and flags & WRITE_FLAGS
-                if not inside(path, (work,) if writing else (work,) + readable):
-                    refuse("open %r" % (path,))
-            elif event in PATH_WRITE or event in PATH_READ:
-                roots = (work,) if event in PATH_WRITE else (work,) + readable
-                for a in args:
-                    if type(a) in (str, bytes) and not inside(a, roots):
-                        refuse("%s %r" % (event, a))
-        except (TypeError, ValueError, OSError) as e:
-            refuse("%s (%s)" % (event, e))
-        finally:
-            busy.pop()
-    return hook
-
-def _main(cfg):
-    try:
-        if cfg["mode"] == "namespaces":
-            _namespaces_setup(cfg)
-        elif cfg["uid"] is not None:
-            _drop_to(cfg["uid"])
-        _limits(cfg)
-    except BaseException as e:
-        os.write(2, ("sandbox setup failed: %s\n" % (e,)).encode())
-        os._exit(98)
-    work = os.path.realpath(os.getcwd())
-    readable = tuple(sorted({os.path.realpath(p) for p in sys.path if p}))
-    code, call, nonce, audit = cfg["code"], cfg["call"], cfg["nonce"], cfg["audit"]
-    cfg.clear()
-    if audit:
-        sys.addaudithook(_hook_for(work, readable))
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    exec(compile(code, "<solution>", "exec"), namespace)
-    if call is not None:
-        result = eval(compile(call, "<call>", "eval"), namespace)
-        sys.stdout.flush()
-        sys.stdout.write("\n" + nonce + repr(result) + "\n")
-
-_main(cfg)
-del cfg, _main, _namespaces_setup, _drop_to, _limits, _hook_for, _libc
-'''
-
-
-# ----------------------------------------------------------------------------------- seccomp
-
-# Refused with EPERM: nothing a judged program needs, each a way to reach other processes, the
-# kernel's larger attack surface, or out of the namespaces.
-_SECCOMP_DENY = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
-    "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "acct", "swapon", "swapoff", "reboot", "syslog", "quotactl", "name_to_handle_at",
-    "open_by_handle_at", "lookup_dcookie", "vhangup", "iopl", "ioperm", "uselib",
-)
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
-_CLONE_NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-_SCMP_ACT_ALLOW = 0x7FFF0000
-_SCMP_CMP_MASKED_EQ = 7
-
-
-def _scmp_errno(err: int) -> int:
-    return 0x00050000 | (err & 0xFFFF)
-
-
-class _ScmpArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
-                ("datum_b", ctypes.c_uint64)]
-
-
-def _build_seccomp() -> bytes | None:
-    """The filter as a raw BPF program (what bwrap --seccomp and PR_SET_SECCOMP take), compiled by
-    libseccomp for this machine's architecture; None without libseccomp."""
-    import ctypes.util
-
-    try:
-        lib = ctypes.CDLL("libseccomp.so.2")
-    except OSError:
-        found = ctypes.util.find_library("seccomp")
-        try:
-            lib = ctypes.CDLL(found) if found else None
-        except OSError:
-            lib = None
-    if lib is None:
-        return None
-    lib.seccomp_init.restype = ctypes.c_void_p
-    lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_release.argtypes = [ctypes.c_void_p]
-    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(_ScmpArgCmp)]
-    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)  # other architectures' syscalls: libseccomp kills
-    if not ctx:
-        return None
-    try:
-        def add(name: str, action: int, *cmp: _ScmpArgCmp) -> None:
-            nr = lib.seccomp_syscall_resolve_name(name.encode())
-            if nr < 0:  # not a syscall on this architecture
-                return
-            args = (_ScmpArgCmp * len(cmp))(*cmp) if cmp else None
-            if lib.seccomp_rule_add_array(ctx, action, nr, len(cmp), args) != 0:
-                raise OSError(f"seccomp rule for {name}")
-
-        for name in _SECCOMP_DENY:
-            add(name, _scmp_errno(1))
-        add("clone3", _scmp_errno(38))  # ENOSYS: its flags sit in memory a filter cannot read
-        if os.uname().machine in ("x86_64", "aarch64"):  # where clone's flags are argument 0
-            for flag in _CLONE_NS_FLAGS:
-                add("clone", _scmp_errno(1), _ScmpArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
-        with tempfile.TemporaryFile() as f:
-            if lib.seccomp_export_bpf(ctx, f.fileno()) != 0:
-                return None
-            f.seek(0)
-            return f.read() or None
-    except OSError:
-        return None
-    finally:
-        lib.seccomp_release(ctx)
-
-
-# ----------------------------------------------------------------------------------- the parent
-
 _STATE_LOCK = threading.Lock()
 _PROBED: dict[str, str | None] = {}  # mode -> None when it works here, else why not
 _CACHE: dict[str, object] = {}
@@ -342,7 +95,7 @@ _UNISOLATED_ALLOWED: list[bool] = [False]
 def _seccomp_program() -> bytes | None:
     with _STATE_LOCK:
         if "seccomp" not in _CACHE:
-            _CACHE["seccomp"] = _build_seccomp()
+            _CACHE["seccomp"] = build_seccomp()
         return _CACHE["seccomp"]  # type: ignore[return-value]
 
 
@@ -467,7 +220,10 @@ def _open_init(info: bytes, outer_pid: int) -> int | None:
 
 
 @dataclass
-class _Run:
+class ChildRun:
+    """What one child run left: its exit status (negative: killed by that signal), the output read
+    (stdout up to the limit, the head of stderr) and whether the deadline or the output limit ended it."""
+
     returncode: int | None
     stdout: bytes
     stderr: bytes
@@ -477,7 +233,7 @@ class _Run:
 
 
 def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_text: str, nonce: str,
-               limits: SandboxLimits, deadline: float) -> _Run:
+               limits: SandboxLimits, deadline: float) -> ChildRun:
     as_root = os.geteuid() == 0
     uid = _private_uid() if mode == "namespaces" or (mode == "bwrap" and as_root) else None
     seccomp = _seccomp_program() if mode in ISOLATED_MODES else None
@@ -493,7 +249,7 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     cfg_file, stdin_file = files
     pass_fds = [cfg_file.fileno()]
     info_r = info_w = None
-    argv = [_interpreter(), "-I", "-S", "-X", "utf8", "-c", _CHILD, str(cfg_file.fileno())]
+    argv = [_interpreter(), "-I", "-S", "-X", "utf8", "-c", CHILD_PROGRAM, str(cfg_file.fileno())]
     cwd = root if mode == "namespaces" else os.path.join(root, "work") if root else "/"
     if mode == "bwrap":
         info_r, info_w = os.pipe()
@@ -594,7 +350,7 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     rc = proc.returncode
     if mode == "bwrap" and rc is not None and rc > 128:
         rc = 128 - rc  # bwrap reports a child killed by signal N as exit 128 + N
-    return _Run(rc, bytes(out), bytes(err), timed_out, exceeded, time.monotonic() - t0)
+    return ChildRun(rc, bytes(out), bytes(err), timed_out, exceeded, time.monotonic() - t0)
 
 
 def _stop(proc: subprocess.Popen, init_fd: int | None) -> None:
@@ -618,72 +374,16 @@ def _stop(proc: subprocess.Popen, init_fd: int | None) -> None:
         os.close(init_fd)
 
 
-def _literal(text: str):
+def run_in_sandbox(isolation: str, code: str, call: str | None, stdin_text: str, nonce: str,
+                   limits: SandboxLimits, deadline: float) -> ChildRun:
+    """Run `code` once in a fresh child confined by `isolation` (a mode, or "none"), with its own scratch
+    root, removed afterwards; `call` is evaluated after it and its repr printed after `nonce`."""
+    root = None if isolation == "bwrap" else _make_root(isolation)
     try:
-        return True, ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return False, None
-
-
-def _same_value(got: str, expected: str) -> bool:
-    """Literal equality, with int/float interchangeable (5 == 5.0) but no other cross-type matches
-    (True != 1, [1, 2] != (1, 2)); non-literal reprs compare as strings."""
-    ok_g, g = _literal(got)
-    ok_e, e = _literal(expected)
-    if not (ok_g and ok_e):
-        return got.strip() == expected.strip()
-    numbers = (int, float)
-    same_kind = type(g) is type(e) or (type(g) in numbers and type(e) in numbers)
-    try:
-        return bool(same_kind and g == e)
-    except Exception:  # noqa: BLE001 - comparing arbitrary literals must not raise
-        return False
-
-
-def _judge(run: _Run, test: dict, nonce: str, limits: SandboxLimits) -> tuple[bool, str]:
-    """(passed, reason) for one finished child."""
-    err = run.stderr.decode("utf-8", "replace")
-    if run.output_exceeded:
-        return False, f"output_limit: more than {limits.output_bytes} bytes"
-    if run.timed_out:
-        return False, f"timeout: wall {run.wall_s:.2f}s"
-    rc = run.returncode
-    if rc == _VIOLATION_EXIT and "sandbox violation:" in err:
-        return False, "violation: " + err.rsplit("sandbox violation:", 1)[1].strip()[:200]
-    if rc == _SETUP_EXIT and "sandbox setup failed:" in err:
-        return False, "sandbox_error: " + err.rsplit("sandbox setup failed:", 1)[1].strip()[:200]
-    if rc == 1 and err.startswith("bwrap: "):
-        return False, "sandbox_error: " + err.strip().splitlines()[0][:200]
-    if rc in (-signal.SIGXCPU, -signal.SIGKILL) and run.wall_s < limits.wall_s:
-        return False, f"cpu_limit: {limits.cpu_s}s"
-    if rc == -signal.SIGXFSZ:
-        return False, f"file_limit: {limits.file_bytes} bytes"
-    if rc != 0:
-        tail = err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
-        if "MemoryError" in err:
-            return False, "memory_limit: " + tail[:200]
-        if "File too large" in err or "No space left" in err:
-            return False, "file_limit: " + tail[:200]
-        return False, "runtime_error: " + tail[:200]
-    stdout = run.stdout.decode("utf-8", "replace")
-    if "call" in test:
-        marker = stdout.rfind(nonce)
-        if marker < 0:
-            return False, "runtime_error: no result"
-        got, expected = stdout[marker + len(nonce):].strip(), str(test["expected"])
-        ok = _same_value(got, expected)
-        return ok, "pass" if ok else f"wrong_answer: {test['call']} -> {got[:80]!r}, expected {expected[:80]!r}"
-    got, expected = stdout.strip(), str(test["output"]).strip()
-    ok = got == expected
-    return ok, "pass" if ok else f"wrong_answer: got {got[:80]!r}, expected {expected[:80]!r}"
-
-
-def _valid_test(test) -> bool:
-    if not isinstance(test, dict):
-        return False
-    if "call" in test:
-        return isinstance(test["call"], str) and "expected" in test
-    return "output" in test
+        return _run_child(isolation, root, code, call, stdin_text, nonce, limits, deadline)
+    finally:
+        if root:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _probe(mode: str) -> str | None:
@@ -749,7 +449,8 @@ def sandbox_info() -> dict:
     }
 
 
-def _how_to_isolate() -> str:
+def how_to_isolate() -> str:
+    """Why there is no isolation here and how to get it (or to opt out): the refusal's message."""
     why = "; ".join(f"{m}: {_unavailable(m)}" for m in ISOLATED_MODES)
     return (
         "code rewards run untrusted programs and there is no OS isolation on this machine "
@@ -770,114 +471,12 @@ def require_isolation(allow_unisolated: bool = False) -> str:
     mode = sandbox_mode()
     if mode == "none":
         if not allow_unisolated:
-            raise SandboxUnavailable(_how_to_isolate())
+            raise SandboxUnavailable(how_to_isolate())
         with _STATE_LOCK:
             _UNISOLATED_ALLOWED[0] = True
     return mode
 
 
-def run_tests(code: str, tests: list[dict], *, mode: Literal["all", "fraction"] = "all",
-              limits: SandboxLimits = SandboxLimits()) -> SandboxVerdict:
-    """Run `code` once per test case. mode="all": reward 1.0 only if every test passes (stops at the
-    first failure); mode="fraction": the share passed. Never raises."""
-    try:
-        return _run_tests(code, tests, mode, limits)
-    except Exception as e:  # noqa: BLE001 - a verifier scores, it does not crash the trainer
-        total = len(tests) if isinstance(tests, list) else 0
-        return SandboxVerdict(0.0, "sandbox_error", 0, total, [f"{type(e).__name__}: {e}"])
-
-
-def _run_tests(code, tests, mode, limits: SandboxLimits) -> SandboxVerdict:
-    start = time.monotonic()
-    if not isinstance(tests, list) or not tests:
-        return SandboxVerdict(0.0, "no_tests", 0, 0, [])
-    total = len(tests)
-    if not isinstance(code, str) or not code.strip():
-        return SandboxVerdict(0.0, "no_code", 0, total, [])
-    if len(code) > limits.max_code_chars or "\x00" in code:
-        return SandboxVerdict(0.0, "code_too_long" if "\x00" not in code else "no_code", 0, total, [])
-    if not all(_valid_test(t) for t in tests):
-        return SandboxVerdict(0.0, "bad_test", 0, total, ["a test needs input/output or call/expected"])
-    isolation = sandbox_isolation(limits.isolation)
-    if isolation == "none" and limits.isolation == "auto" and not _UNISOLATED_ALLOWED[0]:
-        return SandboxVerdict(0.0, "no_isolation", 0, total, [_how_to_isolate()])
-    passed, details, first_failure = 0, [], None
-    for i, test in enumerate(tests):
-        now = time.monotonic()
-        if now - start >= limits.total_wall_s:
-            reason = f"budget: {limits.total_wall_s}s used before test {i}"
-        else:
-            deadline = min(now + limits.wall_s, start + limits.total_wall_s)
-            nonce = "@@result-" + secrets.token_hex(8) + "@@"
-            root = None if isolation == "bwrap" else _make_root(isolation)
-            try:
-                run = _run_child(isolation, root, code, test.get("call"), str(test.get("input", "")), nonce,
-                                 limits, deadline)
-            finally:
-                if root:
-                    shutil.rmtree(root, ignore_errors=True)
-            ok, reason = _judge(run, test, nonce, limits)
-            if ok:
-                passed += 1
-        details.append(f"test {i}: {reason}")
-        if reason != "pass" and first_failure is None:
-            first_failure = reason.split(":", 1)[0]
-            if mode == "all":
-                break
-    reward = float(passed == total) if mode == "all" else passed / total
-    return SandboxVerdict(reward, first_failure or "pass", passed, total, details)
-
-
-# ----------------------------------------------------------------------------------- TRL reward
-
-_FENCE_RE = re.compile(r"```(?:python|py|python3)[ \t]*\n(.*?)```", re.S | re.I)
-
-
-def extract_code(response: str) -> str | None:
-    """The last ```python fenced block of the answer part (after </think>); None if there is none or
-    the response is still thinking."""
-    from posttrain.chat import parse_response
-
-    parsed = parse_response(response)
-    if parsed.think_blocks and not parsed.closed:
-        return None
-    blocks = _FENCE_RE.findall(parsed.answer)
-    return blocks[-1] if blocks else None
-
-
-def _tests_of(value) -> list[dict] | None:
-    if value is None or value == "" or value == []:
-        return None
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def code_execution(completions, tests, **kwargs) -> list[float | None]:
-    """All-tests-pass reward (DeepSeek-R1's rule-based code reward: compile and run against test
-    cases). Rows without tests → None. Completions run concurrently (each child mostly waits).
-    Without OS isolation (and no `require_isolation(allow_unisolated=True)`) nothing runs and every
-    row with tests scores 0, logged once; stages call require_isolation at start to fail early."""
-    from posttrain.rewards import completion_text
-
-    def score(item) -> float | None:
-        completion, row_tests = item
-        try:
-            cases = _tests_of(row_tests)
-        except ValueError:
-            return 0.0
-        if cases is None:
-            return None
-        code = extract_code(completion_text(completion))
-        if not code:
-            return 0.0
-        verdict = run_tests(code, cases)
-        if verdict.reason == "no_isolation" and not _CACHE.get("refusal_logged"):
-            _CACHE["refusal_logged"] = True
-            _log.error("code reward refused to run untrusted code (scored 0): %s", verdict.details[0])
-        return verdict.reward
-
-    items = list(zip(completions, tests))
-    workers = max(1, min(4, os.cpu_count() or 1, len(items)))
-    if workers == 1:
-        return [score(it) for it in items]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(score, items))
+def unisolated_allowed() -> bool:
+    """Whether this process opted in to running code without isolation (require_isolation)."""
+    return _UNISOLATED_ALLOWED[0]

@@ -14,7 +14,7 @@ What each kind reads, besides "response" (the whole reply, think block included)
                "instruction_id_list" + "kwargs"; optional "answer" (the task's reference)
                                                      -> instruction.instruction_score
   code         "tests" (list of {"input","output"} / {"call","expected"}, or a JSON string of it)
-                                                     -> code_sandbox.extract_code + run_tests
+                                                     -> code_judge.extract_code + run_tests
   format       "thinking" (true / false)             -> format.format_ok and format.mode_ok
   language     "language" ("en" / "zh")              -> language.language_share of the reasoning
 
@@ -186,7 +186,7 @@ def check_instruction(obj: dict) -> dict:
 
 
 def _tests_field(obj: dict) -> list[dict]:
-    from posttrain.rewards.code_sandbox import _valid_test
+    from posttrain.rewards.code_judge import is_valid_test
 
     tests = field(obj, "tests", (list, str), "a list of tests or a JSON string of one")
     if isinstance(tests, str):
@@ -197,13 +197,13 @@ def _tests_field(obj: dict) -> list[dict]:
     if not isinstance(tests, list) or not tests:
         raise BadInput("'tests' must be a non-empty list", "tests")
     for i, test in enumerate(tests):
-        if not _valid_test(test):
+        if not is_valid_test(test):
             raise BadInput(f"'tests' item {i} needs input/output or call/expected", "tests")
     return tests
 
 
 def check_code(obj: dict) -> dict:
-    from posttrain.rewards.code_sandbox import extract_code, run_tests
+    from posttrain.rewards.code_judge import extract_code, run_tests
 
     response = field(obj, "response", str, "a string")
     tests = _tests_field(obj)
