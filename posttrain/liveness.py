@@ -17,7 +17,7 @@ from an interrupted one.
 A pid alone proves nothing: the kernel reuses pids.  (pid, start time) names one process for the life
 of a boot: ``start_ticks`` is field 22 of /proc/<pid>/stat, the start time in clock ticks since boot
 (proc(5)); ``boot_id`` (/proc/sys/kernel/random/boot_id) tells boots apart, because ticks restart at
-0 after a reboot.  No Prefect import here: flows/pipeline.py writes the record, posttrain/cli.py reads it.
+0 after a reboot.  No Prefect import here: flows/pipeline.py writes the record, `posttrain status` and flows/commands.py (resume) read it.
 """
 from __future__ import annotations
 
