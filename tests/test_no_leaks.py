@@ -90,13 +90,20 @@ class Watch:
     def __init__(self, proc: subprocess.Popen, token: str):
         self.proc, self.token, self.seen = proc, token, set()
         self.itself = (proc.pid, identify(proc.pid).start_ticks)
-        self.cmdlines: dict[int, str] = {}  # as first seen, for processes that are gone by the end
+        # Every command line a process was seen with, kept for processes gone by the end: the
+        # die-with-parent shim exec's the server under the same pid, so the first one alone may
+        # be the shim's.
+        self.cmdlines: dict[int, str] = {}
 
     def look(self) -> set[tuple[int, int]]:
         self.seen |= _descendants(self.proc.pid) | _carrying(self.token)
         self.seen.discard(self.itself)
         for pid, _ in self.seen:
-            self.cmdlines.setdefault(pid, _cmdline(pid))
+            now, before = _cmdline(pid), self.cmdlines.get(pid, "")
+            if now not in ("", "?") and now not in before:
+                self.cmdlines[pid] = f"{before} -> {now}" if before else now
+            else:
+                self.cmdlines.setdefault(pid, now)
         return self.seen
 
     def kill_and_collect_survivors(self) -> dict[int, str]:
