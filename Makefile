@@ -12,12 +12,11 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: setup run test test-all clean ui
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml scripts/install.py
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 	# torch first: the pinned CPU build; an unpinned torch would pull a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
-	$(PY) -m pip install -q -e '.[dev]' 2>&1 | grep -v -e "is ignored" -e "BuildBackendWarning" || true
+	$(PY) scripts/install.py torch==2.13.0
+	$(PY) scripts/install.py -e '.[dev]'
 	$(PY) -m pip check
 	$(PY) -c "import torch, trl, prefect, dvc, mlflow; print('installed: torch', torch.__version__, 'trl', trl.__version__)"
 	touch $@

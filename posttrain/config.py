@@ -54,7 +54,7 @@ class BaseModelConfig(Strict):
 
 class EvaluationConfig(Strict):
     max_new_tokens: int = Field(160, ge=8)
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(128, ge=1)  # rows per generation batch (bench/results/generation.md)
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     threads: int = Field(2, ge=1)
 

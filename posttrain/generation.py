@@ -1,11 +1,25 @@
 """The one sampling loop: batched, left-padded, KV-cached generation used by evaluation, rejection
-sampling, distillation data and the base-model probe."""
+sampling, distillation data and the base-model probe.
+
+The loop is ours rather than `model.generate` because it drops a row from the batch as soon as it
+has ended and keeps the KV cache in preallocated buffers: `generate` keeps decoding finished rows
+and grows its cache by concatenation (69% of a CPU evaluation's time went to `torch.cat`), and
+transformers' continuous batching (`generate_batch`) was 10x slower on CPU. What picks each token is
+transformers' own: the model's generation config merged with the call's options, and the logits
+processors `generate` would build from it. Where one of them keeps per-row state (a repetition
+penalty, an n-gram ban: rows cannot leave the batch under it), the batch goes to `model.generate`.
+Greedy replies are token for token those of `model.generate`; measured in
+bench/results/generation.md (bench/generation.py).
+"""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from posttrain.chat import ChatConfig, render_prompt, to_canonical
 
@@ -29,39 +43,156 @@ def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[li
 
 
 @torch.inference_mode()
-def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
+def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 128,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0,
              num_samples: int = 1, seed: int = 0, desc: str = "generating") -> list[list[Generation]]:
-    """Return, for each prompt, `num_samples` generations (greedy when do_sample is False)."""
+    """Return, for each prompt, `num_samples` generations (greedy when do_sample is False).
+    Sampling draws from its own generator seeded with `seed`: the global RNG is left alone."""
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"  # batched decoding continues every row from its last prompt token
-    torch.manual_seed(seed)
+    options = dict(do_sample=do_sample, temperature=temperature if do_sample else None,
+                   top_p=top_p if do_sample else None, top_k=None, max_new_tokens=max_new_tokens)
+    generator = torch.Generator().manual_seed(seed)
+    stop_ids = _stop_ids(model, tokenizer)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     results: list[list[Generation]] = [[] for _ in prompts]
-    eos = tokenizer.eos_token_id
     prompt_batch = max(1, batch_size // num_samples)
-    with tqdm(total=len(prompts) * num_samples, desc=desc, unit="gen", leave=False) as bar:
-        for start in range(0, len(order), prompt_batch):
-            idx = order[start:start + prompt_batch]
-            enc = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
-                            add_special_tokens=False)
-            out = model.generate(
-                **enc, max_new_tokens=max_new_tokens, do_sample=do_sample,
-                temperature=temperature if do_sample else None, top_p=top_p if do_sample else None,
-                top_k=None, num_return_sequences=num_samples, eos_token_id=eos,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            completion_ids = out[:, enc["input_ids"].shape[1]:]
-            for row, ids in enumerate(completion_ids.tolist()):
-                n = len(ids)
-                if eos in ids:
-                    n = ids.index(eos) + 1
-                truncated = eos not in ids
-                ids = [t for t in ids[:n] if t != tokenizer.pad_token_id]
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                results[idx[row // num_samples]].append(Generation(text, n, truncated))
-            bar.update(len(idx) * num_samples)
-    model.train(was_training)
-    tokenizer.padding_side = padding_side
+    try:
+        with tqdm(total=len(prompts) * num_samples, desc=desc, unit="gen", leave=False) as bar:
+            for start in range(0, len(order), prompt_batch):
+                idx = order[start:start + prompt_batch]
+                enc = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
+                                add_special_tokens=False)
+                ids, mask = (enc[k].repeat_interleave(num_samples, dim=0) for k in ("input_ids", "attention_mask"))
+                ids, mask = ids.to(model.device), mask.to(model.device)
+                pick = TokenPicker(model, ids, generator, **options)
+                if pick.stateful:
+                    completions = _transformers_generate(model, ids, mask, stop_ids, seed + start, **options)
+                else:
+                    completions = decode(model, ids, mask, stop_ids=stop_ids, pick=pick, max_new_tokens=max_new_tokens)
+                for row, tokens in enumerate(completions):
+                    ended = bool(tokens) and tokens[-1] in stop_ids
+                    kept = [t for t in tokens if t != tokenizer.pad_token_id]
+                    text = tokenizer.decode(kept, skip_special_tokens=True)
+                    results[idx[row // num_samples]].append(Generation(text, len(tokens), not ended))
+                bar.update(len(idx) * num_samples)
+    finally:
+        model.train(was_training)
+        tokenizer.padding_side = padding_side
     return results
+
+
+def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
+           stop_ids: set[int], pick: TokenPicker) -> list[list[int]]:
+    """Completion token ids of each left-padded row, each ending at its first stop id (included) or
+    after max_new_tokens. A row that has stopped leaves the batch and its cache."""
+    cache = _preallocated_cache(model, input_ids.shape[1] + max_new_tokens)
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    completions: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
+    alive = list(range(input_ids.shape[0]))
+    step_ids, mask = input_ids, attention_mask
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate: left padding shifts no position
+    for _ in range(max_new_tokens):
+        logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                       logits_to_keep=1, **{cache_arg: cache}).logits[:, -1, :].float()
+        next_ids = pick(logits)
+        tokens = next_ids.tolist()
+        for row, token in zip(alive, tokens):
+            completions[row].append(token)
+        keep = [i for i, token in enumerate(tokens) if token not in stop_ids]
+        if not keep:
+            break
+        if len(keep) < len(alive):
+            index = torch.tensor(keep, device=next_ids.device)
+            cache.batch_select_indices(index)
+            alive = [alive[i] for i in keep]
+            next_ids, mask, positions = next_ids[index], mask[index], positions[index]
+        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+        positions = positions[:, -1:] + 1
+        step_ids = next_ids[:, None]
+    return completions
+
+
+class TokenPicker:
+    """Picks each row's next token as `generate` would: the model's generation config updated with
+    the call's options, its logits processors, then argmax or a draw from `generator`."""
+
+    STATELESS = ("TemperatureLogitsWarper", "TopPLogitsWarper", "TopKLogitsWarper", "MinPLogitsWarper",
+                 "SuppressTokensLogitsProcessor")
+
+    def __init__(self, model, input_ids: torch.Tensor, generator: torch.Generator | None, **options):
+        config, _ = model._prepare_generation_config(None, **options)
+        self.processors = model._get_logits_processor(config, input_ids_seq_length=input_ids.shape[1],
+                                                      encoder_input_ids=input_ids, device=input_ids.device, model_kwargs={})
+        self.sample, self.generator = bool(config.do_sample), generator
+        # a processor that reads the tokens so far or holds a value per row cannot follow rows out of the batch
+        self.stateful = any(type(p).__name__ not in self.STATELESS for p in self.processors)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        scores = self.processors(None, logits) if self.processors else logits
+        if not self.sample:
+            return scores.argmax(dim=-1)
+        probs = torch.softmax(scores, dim=-1)
+        return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(1).to(logits.device)
+
+
+def _transformers_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, stop_ids: set[int],
+                           seed: int, **options) -> list[list[int]]:
+    """`model.generate` on one batch, each row cut after its first stop id; its sampling draws from
+    the global RNG, seeded here and restored after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, eos_token_id=sorted(stop_ids),
+                             pad_token_id=model.generation_config.pad_token_id, **options)
+    rows = out[:, input_ids.shape[1]:].tolist()
+    return [row[:next((i + 1 for i, t in enumerate(row) if t in stop_ids), len(row))] for row in rows]
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    """The tokenizer's eos and any the model's generation config lists (Qwen3 chat models end a turn
+    with <|im_end|> and a document with <|endoftext|>)."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    configured = configured if isinstance(configured, list) else [configured]
+    return {t for t in [tokenizer.eos_token_id, *configured] if t is not None}
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A full-attention cache layer writing into buffers sized once for prompt + completion,
+    instead of concatenating a new tensor every token."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.device = key_states.device
+            batch, heads, _, dim = key_states.shape
+            self._keys = key_states.new_empty(batch, heads, self.capacity, dim)
+            self._values = value_states.new_empty(batch, value_states.shape[1], self.capacity, value_states.shape[-1])
+            self.is_initialized = True
+        end = self.length + key_states.shape[-2]
+        self._keys[:, :, self.length:end] = key_states
+        self._values[:, :, self.length:end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+
+def _preallocated_cache(model, capacity: int) -> Cache:
+    """The cache `generate` would build for this model (sliding-window layers stay as they are),
+    its full-attention layers preallocated."""
+    cache = DynamicCache(config=model.config)
+    if not cache.layers:
+        return Cache(layer_class_to_replicate=lambda: _PreallocatedLayer(capacity))
+    cache.layers = [_PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
