@@ -159,6 +159,8 @@ class ChainRun:
                 "parent_digest": parent.checkpoint.digest, "datasets": json.dumps(consumed),
                 "datasets_produced": json.dumps({d.name: d.md5 for d in result.datasets_produced}),
                 "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
+        if result.adapter is not None:  # a LoRA stage: its adapter, on the parent's weights
+            tags |= {"adapter_path": result.adapter.path, "adapter_digest": result.adapter.digest}
         training = self.cfg.stage(name).model_dump(mode="json")
         return self.registry.register_stage(
             name, result.checkpoint, tags, verdict,

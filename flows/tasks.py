@@ -24,6 +24,8 @@ from posttrain.attempts import finish_attempt, start_attempt
 from posttrain.checkpoint import is_intact
 from posttrain.config import PipelineConfig
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult, StageInputs, StageResult
+from posttrain.launcher import launch
+from posttrain.trainer_config import LauncherConfig, cache_relevant
 
 FAIL_STAGE_ENV = "POSTTRAIN_FAIL_STAGE"  # fault injection for tests: fail this stage before it runs
 # Test-only, "<stage>:<seconds>": sleep after the stage's work, before its result is returned (and so
@@ -44,7 +46,7 @@ def stage_cache_key(context, parameters) -> str:
 
     name, cfg, inputs = parameters["name"], parameters["config"], parameters["inputs"]
     module = importlib.import_module(f"stages.{name}")
-    return "stage-" + _digest(name, module.STAGE_VERSION, cfg.stage(name).model_dump(mode="json"),
+    return "stage-" + _digest(name, module.STAGE_VERSION, cache_relevant(cfg.stage(name)),
                               inputs.parent.digest, inputs.student.digest if inputs.student else None,
                               sorted(d.md5 for d in inputs.datasets), {k: d.md5 for k, d in inputs.data.items()},
                               inputs.model.model_dump(mode="json"), inputs.seed, VERIFIER_VERSIONS,
@@ -97,8 +99,8 @@ def run_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> StageRe
     key = stage_cache_key(None, {"name": name, "config": config, "inputs": inputs})
     for adopted in start_attempt(work_dir, key):  # in-stage checkpoints of a killed run (posttrain/attempts.py)
         get_run_logger().info(f"{name}: continuing from {adopted.name} of an interrupted run with the same inputs")
-    module = importlib.import_module(f"stages.{name}")
-    result = module.run(config.stage(name), inputs)
+    stage_config = config.stage(name)
+    result = launch(name, stage_config, inputs, getattr(stage_config, "launcher", LauncherConfig()))
     pause_stage, _, seconds = os.environ.get(PAUSE_STAGE_ENV, "").partition(":")
     if pause_stage == name:
         time.sleep(float(seconds))

@@ -47,6 +47,9 @@ class ChatConfig(BaseModel):
     think_open: str = THINK_OPEN
     think_close: str = THINK_CLOSE
     add_think_tokens: bool = False   # add missing markers to the vocabulary (resizes the embeddings)
+    # inserted before think_close when a thinking budget cuts the think block (Qwen3 tech report sec. 4.3)
+    stop_thinking: str = ("Considering the limited time by the user, I have to give the solution based on the "
+                          "thinking directly now.")
 
 
 DEFAULT_CHAT = ChatConfig()

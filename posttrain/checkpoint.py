@@ -26,12 +26,13 @@ def directory_digest(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def save_checkpoint(model, tokenizer, path: Path) -> CheckpointRef:
-    """Write to a sibling temp dir, then rename: a crash never leaves a half-written checkpoint."""
+def save_checkpoint(model, tokenizer, path: Path, state_dict: dict | None = None) -> CheckpointRef:
+    """Write to a sibling temp dir, then rename: a crash never leaves a half-written checkpoint.
+    `state_dict`: the weights when the model's own are sharded (gathered by the trainer)."""
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     digest = directory_digest(tmp)
     if path.exists():

@@ -354,6 +354,40 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+def _cmd_generate(args) -> int:
+    """Replies of a checkpoint (a directory, or a registry version / stage / alias) to prompts,
+    optionally under a thinking budget (the stop-thinking sentence is shown where it was inserted)."""
+    from pathlib import Path
+
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.generation import ThinkingBudget, generate_replies
+
+    cfg = _config(args)
+    settings = cfg.base.settings()
+    location = Path(args.model)
+    if not location.is_dir():
+        from posttrain.promotion import resolve_version
+
+        reg = _registry(cfg)
+        location = Path(reg.get(resolve_version(reg, args.model))["source"])
+    model, tokenizer = load_checkpoint(location, for_training=False, settings=settings)
+    budget = None
+    if args.thinking_budget is not None:
+        budget = ThinkingBudget(tokens=args.thinking_budget, sentence=settings.chat.stop_thinking,
+                                think_open=settings.chat.think_open, think_close=settings.chat.think_close)
+    requests = [([{"role": "user", "content": p}], not args.no_think) for p in args.prompt]
+    replies = generate_replies(model, tokenizer, settings.chat, requests, max_new_tokens=args.max_new_tokens,
+                               thinking_budget=budget, desc="generating")
+    for prompt, (reply,) in zip(args.prompt, replies):
+        status = []
+        if reply.budget_cut:
+            status.append(f"thinking cut at {args.thinking_budget} tokens")
+        if reply.truncated:
+            status.append(f"cut at {args.max_new_tokens} new tokens")
+        print(f"> {prompt}\n{reply.text}\n[{reply.num_tokens} tokens{'; ' + '; '.join(status) if status else ''}]\n")
+    return 0
+
+
 def _cmd_resume(args) -> int:
     """Retry a failed flow run as the UI's Retry does, or one whose process was killed
     (flows/commands.py: resume): by a live runner of its deployment, else here."""
@@ -447,13 +481,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="VERSION must be production: compare it with the previous production and roll back "
                          "if any capability is significantly worse (paired CI); the reason is recorded")
     ev.add_argument("--json", action="store_true")
+    gen = op("generate", "a checkpoint's replies to prompts, optionally under a thinking budget", _cmd_generate)
+    gen.add_argument("model", help="checkpoint directory, or a registry version number, stage name or alias")
+    gen.add_argument("--prompt", action="append", required=True, help="a user message (repeatable)")
+    gen.add_argument("--thinking-budget", type=int, help="think tokens before the stop-thinking sentence is inserted")
+    gen.add_argument("--no-think", action="store_true", help="ask for the non-thinking mode")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
     resume = op("resume", "retry a failed flow run (as the UI's Retry), or a running one whose process is gone, "
                           "reusing finished stages", _cmd_resume)
     resume.add_argument("flow_run", help="flow run id (or unique name)")
     return parser
 
 
-_OPERATIONS = (_cmd_status, _cmd_promote, _cmd_rollback, _cmd_history, _cmd_lineage, _cmd_evaluate, _cmd_resume)
+_OPERATIONS = (_cmd_status, _cmd_promote, _cmd_rollback, _cmd_history, _cmd_lineage, _cmd_evaluate, _cmd_resume,
+               _cmd_generate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metri
 from posttrain.sources import SourceConfig, TaskKind, _as_list
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
+from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, check_launch  # noqa: F401 (re-exported)
 
 
 
@@ -205,56 +206,18 @@ class GatesConfig(Strict):
 # ---------------------------------------------------------------- stages
 
 
-class SFTTrainerConfig(Strict):
-    learning_rate: float = Field(5e-4, gt=0)
-    epochs: float = Field(2.0, gt=0)
-    max_steps: int = -1   # -1: train for `epochs`
-    batch_size: int = Field(16, ge=1)
-    max_length: int = Field(320, ge=16)
-    warmup_ratio: float = Field(0.05, ge=0, le=1)
-    weight_decay: float = Field(0.0, ge=0)
-    threads: int = Field(2, ge=1)
-
-    @field_validator("max_steps")
-    @classmethod
-    def _steps_or_epochs(cls, v: int) -> int:
-        if v != -1 and v < 1:
-            raise ValueError("max_steps must be -1 (train for `epochs`) or at least 1")
-        return v
-
-
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
-
-
-class GRPOTrainerConfig(Strict):
-    learning_rate: float = Field(1e-5, gt=0)
-    max_steps: int = Field(60, ge=1)
-    prompts_per_step: int = Field(8, ge=1)
-    num_generations: int = Field(8, ge=2)
-    max_completion_length: int = Field(128, ge=8)
-    temperature: float = Field(1.0, gt=0)
-    loss_type: LossType = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    beta: float = Field(0.0, ge=0)
-    epsilon: float = Field(0.2, gt=0, lt=1)   # the ratio is clipped below at 1 - epsilon
-    epsilon_high: float | None = Field(0.28, gt=0)
-    num_iterations: int = Field(1, ge=1)
-    mask_truncated_completions: bool = True
-    # With beta = 0 there is no KL term, and TRL logs no KL; this still measures how far each
-    # batch's rollout policy has drifted from the stage's starting policy (`kl` in the log, the
-    # KL alert and plot) on one completion per group, at the cost of a frozen copy of the model and
-    # two forward passes over those (turn it off under DeepSpeed ZeRO-3: the model cannot be copied).
-    monitor_kl: bool = True
-    warmup_ratio: float = Field(0.0, ge=0, le=1)
-    save_steps: int = Field(20, ge=1)
-    threads: int = Field(2, ge=1)
-
-
 class ColdStartSFTConfig(Strict):
     """Trains on the `cold_start` data role."""
 
     trainer: SFTTrainerConfig = SFTTrainerConfig()
     gate: GateConfig = GateConfig()
+
+    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+
+    @model_validator(mode="after")
+    def _launch(self):
+        check_launch("cold_start_sft", self.trainer, self.launcher)
+        return self
 
 
 class RewardWeights(Strict):
@@ -314,6 +277,13 @@ class ReasoningRLConfig(Strict):
     trainer: GRPOTrainerConfig = GRPOTrainerConfig()
     gate: GateConfig = GateConfig()
 
+    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+
+    @model_validator(mode="after")
+    def _launch(self):
+        check_launch("reasoning_rl", self.trainer, self.launcher, self.sampling)
+        return self
+
 
 class RejectionSamplingConfig(Strict):
     """Samples the `rejection_prompts` data role and keeps verified answers."""
@@ -334,6 +304,13 @@ class ModeFusionSFTConfig(Strict):
     trainer: SFTTrainerConfig = SFTTrainerConfig(learning_rate=2e-4, epochs=2)
     gate: GateConfig = GateConfig()
 
+    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+
+    @model_validator(mode="after")
+    def _launch(self):
+        check_launch("mode_fusion_sft", self.trainer, self.launcher)
+        return self
+
 
 class GeneralRLConfig(Strict):
     """GRPO on the `general_prompts` data role; each row's kind picks its rewards."""
@@ -343,6 +320,13 @@ class GeneralRLConfig(Strict):
     reward_settings: RewardSettings = RewardSettings()
     trainer: GRPOTrainerConfig = GRPOTrainerConfig(max_steps=40)
     gate: GateConfig = GateConfig()
+
+    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+
+    @model_validator(mode="after")
+    def _launch(self):
+        check_launch("general_rl", self.trainer, self.launcher)
+        return self
 
 
 class DistillationStageConfig(Strict):

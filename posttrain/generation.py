@@ -29,6 +29,76 @@ class Generation:
     text: str          # decoded completion, special tokens dropped (<think> is not special)
     num_tokens: int    # completion tokens up to and including eos
     truncated: bool    # hit max_new_tokens without eos
+    budget_cut: bool = False   # the thinking budget ended the think block (ThinkingBudget)
+
+
+
+
+@dataclass(frozen=True)
+class ThinkingBudget:
+    """Qwen3's thinking budget: when a think block reaches `tokens` tokens without closing, the
+    stop-thinking sentence and the close marker are inserted and decoding goes on with the answer
+    (0: the sentence at once). Markers and sentence are the model family's (`base.chat`)."""
+
+    tokens: int
+    sentence: str = ChatConfig().stop_thinking
+    think_open: str = ChatConfig().think_open
+    think_close: str = ChatConfig().think_close
+
+    def inserted(self) -> str:
+        return f"{self.sentence}\n{self.think_close}\n\n"
+
+
+class _BudgetTracker:
+    """Per row: outside or inside the think block, its length so far, and the tokens to force next."""
+
+    BEFORE, THINKING, DONE = range(3)
+
+    def __init__(self, budget: ThinkingBudget, tokenizer, prompts_ids: list[list[int]]):
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        self.budget, self.open, self.close = budget.tokens, encode(budget.think_open), encode(budget.think_close)
+        self.forced_ids = encode(budget.inserted())
+        self.state, self.count, self.queue, self.cut, self.tail = [], [], [], [], []
+        for ids in prompts_ids:
+            # a template may open the think block itself (the prompt ends with the open marker)
+            opened = _ends_with(ids[-len(self.open) - 2:], self.open, allow_trailing=2)
+            self.state.append(self.THINKING if opened else self.BEFORE)
+            self.count.append(0)
+            self.queue.append(list(self.forced_ids) if opened and self.budget == 0 else [])
+            self.cut.append(opened and self.budget == 0)
+            self.tail.append([])
+
+    def steer(self, rows: list[int], tokens: list[int]) -> list[int]:
+        """This step's tokens with forced ones in place of the picked; every row's state advanced."""
+        out = []
+        for row, token in zip(rows, tokens):
+            if self.queue[row]:
+                token = self.queue[row].pop(0)
+            out.append(token)
+            tail = self.tail[row]
+            tail.append(token)
+            del tail[:-max(len(self.open), len(self.close))]
+            if self.state[row] == self.BEFORE and _ends_with(tail, self.open):
+                self.state[row] = self.THINKING
+            elif self.state[row] == self.THINKING:
+                if _ends_with(tail, self.close):
+                    self.state[row] = self.DONE
+                    continue
+                self.count[row] += 1
+            else:
+                continue
+            if self.state[row] == self.THINKING and self.count[row] >= self.budget and not self.queue[row]:
+                self.queue[row], self.cut[row], self.state[row] = list(self.forced_ids), True, self.DONE
+        return out
+
+
+def _ends_with(tokens: list[int], marker: list[int], allow_trailing: int = 0) -> bool:
+    """Whether `marker` ends `tokens`, or ends them but for up to `allow_trailing` tokens after it."""
+    for extra in range(allow_trailing + 1):
+        end = len(tokens) - extra
+        if marker and end >= len(marker) and tokens[end - len(marker):end] == marker:
+            return True
+    return False
 
 
 def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[list[dict], bool | None]],
@@ -45,7 +115,8 @@ def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[li
 @torch.inference_mode()
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 128,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0,
-             num_samples: int = 1, seed: int = 0, desc: str = "generating") -> list[list[Generation]]:
+             num_samples: int = 1, seed: int = 0, desc: str = "generating",
+             thinking_budget: ThinkingBudget | None = None) -> list[list[Generation]]:
     """Return, for each prompt, `num_samples` generations (greedy when do_sample is False).
     Sampling draws from its own generator seeded with `seed`: the global RNG is left alone."""
     was_training, padding_side = model.training, tokenizer.padding_side
@@ -67,15 +138,21 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
                 ids, mask = (enc[k].repeat_interleave(num_samples, dim=0) for k in ("input_ids", "attention_mask"))
                 ids, mask = ids.to(model.device), mask.to(model.device)
                 pick = TokenPicker(model, ids, generator, **options)
-                if pick.stateful:
+                budget = None
+                if thinking_budget is not None:
+                    budget = _BudgetTracker(thinking_budget, tokenizer,
+                                            [row[m.bool()].tolist() for row, m in zip(ids.cpu(), mask.cpu())])
+                if pick.stateful and budget is None:
                     completions = _transformers_generate(model, ids, mask, stop_ids, seed + start, **options)
                 else:
-                    completions = decode(model, ids, mask, stop_ids=stop_ids, pick=pick, max_new_tokens=max_new_tokens)
+                    completions = decode(model, ids, mask, stop_ids=stop_ids, pick=pick, max_new_tokens=max_new_tokens,
+                                         budget=budget)
                 for row, tokens in enumerate(completions):
                     ended = bool(tokens) and tokens[-1] in stop_ids
                     kept = [t for t in tokens if t != tokenizer.pad_token_id]
                     text = tokenizer.decode(kept, skip_special_tokens=True)
-                    results[idx[row // num_samples]].append(Generation(text, len(tokens), not ended))
+                    cut = bool(budget and budget.cut[row])
+                    results[idx[row // num_samples]].append(Generation(text, len(tokens), not ended, cut))
                 bar.update(len(idx) * num_samples)
     finally:
         model.train(was_training)
@@ -84,9 +161,10 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
 
 
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
-           stop_ids: set[int], pick: TokenPicker) -> list[list[int]]:
+           stop_ids: set[int], pick: TokenPicker, budget: _BudgetTracker | None = None) -> list[list[int]]:
     """Completion token ids of each left-padded row, each ending at its first stop id (included) or
-    after max_new_tokens. A row that has stopped leaves the batch and its cache."""
+    after max_new_tokens. A row that has stopped leaves the batch and its cache. With a thinking
+    budget, its forced tokens replace the picked ones."""
     cache = _preallocated_cache(model, input_ids.shape[1] + max_new_tokens)
     cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     completions: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
@@ -98,6 +176,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
                        logits_to_keep=1, **{cache_arg: cache}).logits[:, -1, :].float()
         next_ids = pick(logits)
         tokens = next_ids.tolist()
+        if budget is not None:
+            tokens = budget.steer(alive, tokens)
+            next_ids = torch.tensor(tokens, dtype=next_ids.dtype, device=next_ids.device)
         for row, token in zip(alive, tokens):
             completions[row].append(token)
         keep = [i for i, token in enumerate(tokens) if token not in stop_ids]

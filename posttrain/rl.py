@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 
@@ -26,6 +27,15 @@ from posttrain.rewards.math import verify_math
 
 SAMPLER_STATE = "problem_sampler.json"
 ROLLOUT_BUFFER = "rollout_buffer.pt"
+
+
+def per_process(name: str) -> str:
+    """A resume file's name in this process: one file per rank when several train together (each
+    holds its own rollouts and statistics), the plain name in a single process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return name
+    stem, _, suffix = name.partition(".")
+    return f"{stem}.rank{os.environ.get('RANK', '0')}.{suffix}"
 
 
 class ProblemStats:
@@ -296,7 +306,7 @@ class ResumableGRPOTrainer(GRPOTrainer):
     def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         if batches_consumed % self._generate_every() and self._buffered_inputs is not None:
-            target = checkpoint_dir / ROLLOUT_BUFFER
+            target = checkpoint_dir / per_process(ROLLOUT_BUFFER)
             tmp = target.with_suffix(".tmp")
             torch.save({"inputs": self._buffered_inputs, "rollout_step": self._rollout_step}, tmp)
             tmp.replace(target)
@@ -317,7 +327,7 @@ class ResumableGRPOTrainer(GRPOTrainer):
         self._step = json.loads(state.read_text())["global_step"] * self.args.gradient_accumulation_steps
         if self._step % self._generate_every() == 0:
             return
-        rollouts = checkpoint_dir / ROLLOUT_BUFFER
+        rollouts = checkpoint_dir / per_process(ROLLOUT_BUFFER)
         if not rollouts.is_file():
             warnings.warn(f"{rollouts} is missing: the steps up to the next generation train on new rollouts "
                           f"of the same prompts instead of the saved ones")
@@ -403,7 +413,7 @@ class StageGRPOTrainer(KLMonitoredGRPOTrainer):
 
     def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
         super().save_resume_state(checkpoint_dir, batches_consumed)
-        target = checkpoint_dir / SAMPLER_STATE
+        target = checkpoint_dir / per_process(SAMPLER_STATE)
         tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.problem_sampler.state_dict(batches_consumed)))
         tmp.replace(target)
@@ -412,7 +422,7 @@ class StageGRPOTrainer(KLMonitoredGRPOTrainer):
         """Call before `train(resume_from_checkpoint=checkpoint_dir)`."""
         if checkpoint_dir is None:
             return False
-        path = Path(checkpoint_dir) / SAMPLER_STATE
+        path = Path(checkpoint_dir) / per_process(SAMPLER_STATE)
         if not path.is_file():
             # HF writes the checkpoint before on_save callbacks run, so a kill in between leaves a
             # usable checkpoint without sampler state: resume the weights, restart the schedule.

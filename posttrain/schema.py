@@ -77,6 +77,7 @@ class StageResult(BaseModel):
     verifier_versions: dict[str, str] = Field(default_factory=dict)
     policies: dict[str, str] = Field(default_factory=dict)  # RL: who generated rollouts, what the KL anchor is
     alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.RLAlerts)
+    adapter: CheckpointRef | None = None    # a LoRA stage's adapter (its base is `parent`), merged into `checkpoint`
 
 
 class StageEntry(BaseModel):

@@ -2,20 +2,78 @@
 and gradient checkpointing on), plus the bits every training stage shares."""
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
 
 import torch
+from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from posttrain.config import GRPOTrainerConfig, SFTTrainerConfig
+from posttrain.checkpoint import save_checkpoint
+from posttrain.schema import CheckpointRef
+from posttrain.trainer_config import GRPOTrainerConfig, SFTTrainerConfig, TrainingHardware
 
 
-def common_args(output_dir: Path, seed: int) -> dict:
-    use_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return dict(output_dir=str(output_dir), seed=seed, data_seed=seed, bf16=use_bf16, fp16=False,
-                gradient_checkpointing=False, report_to="none", logging_steps=1,
-                dataloader_num_workers=0, disable_tqdm=False, use_cpu=not torch.cuda.is_available())
+def processes() -> int:
+    """How many processes share this stage (set by accelerate / torchrun; 1 in process)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+# transformers 5.24 renamed gradient_checkpointing (older versions know only that name)
+_CHECKPOINTING = ("activation_checkpointing" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+                  else "gradient_checkpointing")
+
+
+def common_args(output_dir: Path, seed: int, hardware: TrainingHardware | None = None) -> dict:
+    cuda = torch.cuda.is_available()
+    hardware = hardware or TrainingHardware()
+    bf16 = hardware.bf16 if hardware.bf16 is not None else cuda and torch.cuda.is_bf16_supported()
+    args = dict(output_dir=str(output_dir), seed=seed, data_seed=seed, bf16=bf16, fp16=hardware.fp16,
+                gradient_accumulation_steps=hardware.gradient_accumulation_steps, report_to="none", logging_steps=1,
+                dataloader_num_workers=0, disable_tqdm=False, use_cpu=not cuda)
+    args[_CHECKPOINTING] = hardware.gradient_checkpointing
+    if hardware.optim is not None:
+        args["optim"] = hardware.optim
+    return args
+
+
+def peft_config(hardware: TrainingHardware):
+    """peft's LoraConfig for the trainer, or None for full fine-tuning."""
+    if hardware.lora is None:
+        return None
+    from peft import LoraConfig
+
+    lora = hardware.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
+                      target_modules=lora.target_modules)
+
+
+def save_trained(trainer, tokenizer, work: Path, parent: CheckpointRef) -> tuple[CheckpointRef, CheckpointRef | None]:
+    """The stage's checkpoint as full weights, and its LoRA adapter if it trained one: the adapter is
+    saved under work/adapter with its base (path and digest) and merged, since the next stage trains
+    or evaluates full weights. Under several processes every rank joins in gathering the weights
+    (ZeRO-3 / FSDP shards are consolidated to safetensors here), the first writes, all return the
+    same reference."""
+    from posttrain.checkpoint import directory_digest
+
+    accelerator = trainer.accelerator
+    several = accelerator.num_processes > 1
+    state_dict = accelerator.get_state_dict(trainer.model_wrapped) if several else None
+    model, adapter = trainer.model, None
+    if accelerator.is_main_process and hasattr(model, "merge_and_unload"):
+        adapter_dir = work / "adapter"
+        model.save_pretrained(adapter_dir, state_dict=state_dict)
+        (adapter_dir / "base.json").write_text(json.dumps({"path": parent.path, "digest": parent.digest}))
+        adapter = CheckpointRef(path=str(adapter_dir), digest=directory_digest(adapter_dir))
+        model, state_dict = model.merge_and_unload(), None
+    checkpoint = save_checkpoint(model, tokenizer, work / "checkpoint", state_dict) if accelerator.is_main_process else None
+    if several:
+        accelerator.wait_for_everyone()
+        checkpoint = checkpoint or CheckpointRef(path=str((work / "checkpoint").absolute()),
+                                                 digest=directory_digest(work / "checkpoint"))
+    return checkpoint, adapter
 
 
 def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int):
@@ -23,11 +81,12 @@ def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int):
     replies only, with any chat template (TRL's assistant_only_loss needs `{% generation %}` marks)."""
     from trl import SFTConfig
 
+    saving = dict(save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1) if cfg.save_steps else dict(save_strategy="no")
     return SFTConfig(
-        **common_args(output_dir, seed), learning_rate=cfg.learning_rate, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size, max_length=cfg.max_length,
+        **common_args(output_dir, seed, cfg), learning_rate=cfg.learning_rate, num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_batch(processes()), max_length=cfg.max_length,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type="cosine",
-        completion_only_loss=True, assistant_only_loss=False, packing=False, save_strategy="no",
+        completion_only_loss=True, assistant_only_loss=False, packing=cfg.packing, **saving,
     )
 
 
@@ -57,10 +116,17 @@ def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weight
     TRL's order, resume through the Trainer's data skip)."""
     from trl import GRPOConfig
 
+    rollouts = {k: v for k, v in (("steps_per_generation", cfg.steps_per_generation),
+                                  ("generation_batch_size", cfg.generation_batch_size)) if v is not None}
+    if cfg.use_vllm:
+        rollouts |= dict(use_vllm=True, vllm_mode=cfg.vllm_mode, vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                         vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size)
+        if cfg.vllm_mode == "server":
+            rollouts |= dict(vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port)
     return GRPOConfig(
-        **common_args(output_dir, seed), learning_rate=cfg.learning_rate, max_steps=cfg.max_steps,
+        **common_args(output_dir, seed, cfg), **rollouts, learning_rate=cfg.learning_rate, max_steps=cfg.max_steps,
         # TRL counts completions, not prompts, in the per-device batch.
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+        per_device_train_batch_size=cfg.per_device_batch(processes()),
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature, loss_type=cfg.loss_type, scale_rewards=cfg.scale_rewards,
         beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, num_iterations=cfg.num_iterations,

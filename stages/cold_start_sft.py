@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from trl import SFTTrainer
 
-from posttrain.checkpoint import load_checkpoint, save_checkpoint
+from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ColdStartSFTConfig
 from posttrain.dataio import read_jsonl
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import numeric_log, require_rows, resume_point, sft_args, sft_dataset, summary
+from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
 
 STAGE_VERSION = "cold_start_sft/2"
 
@@ -30,13 +30,13 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
     rows = require_rows(read_jsonl(Path(source.path)), "cold_start_sft", "cold_start")
     dataset = sft_dataset(tokenizer, inputs.model.chat, rows)
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
-                         train_dataset=dataset, processing_class=tokenizer)
+                         train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config(config.trainer))
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
 
     log = numeric_log(trainer)
-    checkpoint = save_checkpoint(trainer.model, tokenizer, work / "checkpoint")
+    checkpoint, adapter = save_trained(trainer, tokenizer, work, inputs.parent)
     return StageResult(
-        name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent,
+        name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log,
         train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy"))},
         wall_s=time.time() - started,

@@ -20,7 +20,7 @@ from posttrain.generation import generate_replies
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row
 from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import common_args, numeric_log, require_rows, resume_point, sft_args, sft_dataset, summary
+from posttrain.trainers import common_args, numeric_log, peft_config, require_rows, resume_point, sft_args, sft_dataset, summary
 
 STAGE_VERSION = "distillation/2"
 
@@ -67,16 +67,17 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     produced = store_for(inputs).track(data_file, name=f"{work.parent.name}/distillation_set.jsonl", rows=len(rows))
 
     trainer = SFTTrainer(model=student, args=sft_args(config.sft, work / "trainer", inputs.seed),
-                         train_dataset=sft_dataset(student_tokenizer, chat, rows), processing_class=student_tokenizer)
+                         train_dataset=sft_dataset(student_tokenizer, chat, rows), processing_class=student_tokenizer,
+                         peft_config=peft_config(config.sft))
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
     log = numeric_log(trainer)
-    student = trainer.model
+    student = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
 
     if config.on_policy_steps:
         from trl import DistillationConfig, DistillationTrainer
 
         teacher, _ = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
-        args = DistillationConfig(**common_args(work / "on_policy", inputs.seed), learning_rate=config.on_policy_learning_rate,
+        args = DistillationConfig(**common_args(work / "on_policy", inputs.seed, config.sft), learning_rate=config.on_policy_learning_rate,
                                   max_steps=config.on_policy_steps, per_device_train_batch_size=16,
                                   max_completion_length=config.max_new_tokens, save_strategy="no")
         prompt_texts = [render_prompt(student_tokenizer, chat, p["prompt"], p.get("thinking"))[0] for p in prompts]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import torch
 
-from posttrain.checkpoint import load_checkpoint, save_checkpoint
+from posttrain.checkpoint import load_checkpoint
 from posttrain.config import GeneralRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.rewards import VERIFIER_VERSIONS, build_rewards, on_whole_replies
 from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import grpo_args, grpo_dataset, numeric_log, require_rows, resume_point, summary
+from posttrain.trainers import grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
 
 STAGE_VERSION = "general_rl/3"
 
@@ -38,17 +38,18 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     trainer = KLMonitoredGRPOTrainer(model=model, reward_funcs=[on_whole_replies(f, inputs.model.chat) for f in reward_funcs],
                                      train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows),
                                      args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
-                                     processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl)
+                                     processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl,
+                                     peft_config=peft_config(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     checkpoint_dir = resume_point(work / "trainer")
     trainer.train(resume_from_checkpoint=checkpoint_dir)
 
     log = numeric_log(trainer)
-    checkpoint = save_checkpoint(trainer.model, tokenizer, work / "checkpoint")
+    checkpoint, adapter = save_trained(trainer, tokenizer, work, inputs.parent)
     kinds = Counter(r["kind"] for r in rows)
     return StageResult(
-        name="general_rl", checkpoint=checkpoint, parent=inputs.parent,
+        name="general_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log,
         verifier_versions=VERIFIER_VERSIONS, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
         alerts=[a["message"] for a in alerts.fired],

@@ -12,12 +12,12 @@ import torch
 from trl import SFTTrainer
 
 from posttrain.chat import assemble_response, parse_response
-from posttrain.checkpoint import load_checkpoint, save_checkpoint
+from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ModeFusionSFTConfig
 from posttrain.dataio import read_jsonl, write_jsonl
 from posttrain.datasets import store_for
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import numeric_log, require_rows, resume_point, sft_args, sft_dataset, summary
+from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
 
 STAGE_VERSION = "mode_fusion_sft/4"
 
@@ -58,17 +58,18 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
     produced = store.track(mix_file, name=f"{work.parent.name}/fusion_mix.jsonl", rows=len(rows))
 
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
-                         train_dataset=sft_dataset(tokenizer, inputs.model.chat, rows), processing_class=tokenizer)
+                         train_dataset=sft_dataset(tokenizer, inputs.model.chat, rows), processing_class=tokenizer,
+                         peft_config=peft_config(config.trainer))
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
 
     log = numeric_log(trainer)
-    checkpoint = save_checkpoint(trainer.model, tokenizer, work / "checkpoint")
+    checkpoint, adapter = save_trained(trainer, tokenizer, work, inputs.parent)
     sources = sorted({r["source"] for r in rows})
     counts = {f"rows/{s}": float(sum(r["source"] == s for r in rows)) for s in sources}
     modes = {f"rows/{m}": float(sum(r.get("thinking") is v for r in rows))
              for m, v in (("think", True), ("no_think", False))}
     return StageResult(
-        name="mode_fusion_sft", checkpoint=checkpoint, parent=inputs.parent,
+        name="mode_fusion_sft", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[sampled_ref, *inputs.data.values()],
         datasets_produced=[produced], train_log=log,
         train_metrics={"examples": len(rows), **counts, **modes, **summary(log, ("loss", "mean_token_accuracy"))},

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import torch
 
-from posttrain.checkpoint import load_checkpoint, save_checkpoint
+from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ReasoningRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.rewards import VERIFIER_VERSIONS, build_rewards, on_whole_replies
 from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record, tracked_correctness
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import grpo_args, grpo_dataset, numeric_log, require_rows, resume_point, summary
+from posttrain.trainers import grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
 
 STAGE_VERSION = "reasoning_rl/3"
 
@@ -45,7 +45,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, sampling=config.sampling,
                                difficulty=[int(p.get("difficulty", 1)) for p in problems], problem_stats=stats,
-                               monitor_kl=config.trainer.monitor_kl)
+                               monitor_kl=config.trainer.monitor_kl, peft_config=peft_config(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     if config.probe_every and inputs.probe is not None:
@@ -57,9 +57,9 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     trainer.train(resume_from_checkpoint=checkpoint_dir)
 
     log = numeric_log(trainer)
-    checkpoint = save_checkpoint(trainer.model, tokenizer, work / "checkpoint")
+    checkpoint, adapter = save_trained(trainer, tokenizer, work, inputs.parent)
     return StageResult(
-        name="reasoning_rl", checkpoint=checkpoint, parent=inputs.parent,
+        name="reasoning_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log, verifier_versions=VERIFIER_VERSIONS,
         policies=policy_record(config.trainer, inputs.parent, checkpoint_dir), alerts=[a["message"] for a in alerts.fired],
         train_metrics={"prompts": len(problems), **summary(

@@ -26,6 +26,17 @@ def write_smoke_config(root: Path, **stage_trainer: dict) -> Path:
     return path
 
 
+def config_error(tmp_path: Path, text: str) -> str:
+    """The ConfigError message of loading ``text`` as tmp_path/c.yaml (fails if it loads)."""
+    from posttrain.config import ConfigError, load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    return str(err.value)
+
+
 @pytest.fixture(scope="session")
 def tokenizer(tmp_path_factory):
     from posttrain.world.tokenizer import build_tokenizer

@@ -115,3 +115,71 @@ def test_truncation_and_token_counts(tokenizer):
     else:
         assert reply.num_tokens <= 5
     assert model.training is False and tokenizer.padding_side == "left"
+
+
+# ----------------------------------------------------------------------------- thinking budget
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.fixture
+def budget_parts(tokenizer):
+    from posttrain.generation import ThinkingBudget
+
+    think = ThinkingBudget(tokens=4, sentence="stop now.")
+    return think, _ids(tokenizer, "<think>"), _ids(tokenizer, "</think>"), _ids(tokenizer, think.inserted()), _ids(tokenizer, "1 2 3 4 5 6 7 8 9")
+
+
+def _steer(tracker, stream: list[int]) -> list[int]:
+    return [tracker.steer([0], [token])[0] for token in stream]
+
+
+def test_budget_reached_inserts_the_sentence_and_the_close_marker(tokenizer, budget_parts):
+    from posttrain.generation import _BudgetTracker
+
+    think, open_, close, forced, words = budget_parts
+    tracker = _BudgetTracker(think, tokenizer, [_ids(tokenizer, "question")])
+    free = open_ + words[:4]
+    out = _steer(tracker, free + [words[5]] * (len(forced) + 3))
+    assert out[:len(free)] == free
+    assert out[len(free):len(free) + len(forced)] == forced and tracker.cut[0]
+    assert out[len(free) + len(forced):] == [words[5]] * 3, "after the insertion the model answers freely"
+
+
+def test_a_think_block_closed_in_time_is_left_alone(tokenizer, budget_parts):
+    from posttrain.generation import _BudgetTracker
+
+    think, open_, close, forced, words = budget_parts
+    tracker = _BudgetTracker(think, tokenizer, [_ids(tokenizer, "question")])
+    stream = open_ + words[:3] + close + words * 2
+    assert _steer(tracker, stream) == stream and not tracker.cut[0]
+
+
+def test_budget_zero_inserts_at_once_even_when_the_template_opened_the_block(tokenizer, budget_parts):
+    from posttrain.generation import ThinkingBudget, _BudgetTracker
+
+    _, open_, close, _, words = budget_parts
+    zero = ThinkingBudget(tokens=0, sentence="stop now.")
+    forced = _ids(tokenizer, zero.inserted())
+    opened_by_template = _BudgetTracker(zero, tokenizer, [_ids(tokenizer, "question <think>\n")])
+    assert _steer(opened_by_template, [words[0]] * len(forced)) == forced and opened_by_template.cut[0]
+    by_model = _BudgetTracker(zero, tokenizer, [_ids(tokenizer, "question")])
+    assert _steer(by_model, open_ + [words[0]] * len(forced)) == open_ + forced
+
+
+def test_budget_on_a_model_that_never_closes_its_think_block(tokenizer):
+    """A random tiny model never writes </think>: the budget closes the block for it and the reply
+    goes on after the inserted sentence; without a budget it thinks to the end."""
+    from posttrain.generation import ThinkingBudget
+
+    model = tiny_model("qwen3", tokenizer)
+    prompts = [f"{p} <think>" for p in PROMPTS]
+    budget = ThinkingBudget(tokens=6, sentence="stop now.")
+    replies = generate(model, tokenizer, prompts, max_new_tokens=40, thinking_budget=budget)
+    for (reply,) in replies:
+        assert reply.budget_cut and "stop now." in reply.text and "</think>" in reply.text
+        before, _, after = reply.text.partition("stop now.")
+        assert after.strip().startswith("</think>") and after.split("</think>", 1)[1].strip(), reply.text
+    plain = generate(model, tokenizer, prompts, max_new_tokens=40)
+    assert not any("stop now." in r.text or r.budget_cut for (r,) in plain)

@@ -1,0 +1,264 @@
+"""How a stage's trainer trains: its optimisation settings and how it uses the devices it runs on
+(precision, accumulation, checkpointing, vLLM, LoRA), passed straight to TRL / transformers / peft.
+
+Batch sizes are global (summed over processes and accumulation steps), so a recipe means the same
+on one CPU and on eight GPUs; `per_device_batch` splits one when the stage starts. Fields marked
+`placement` say where and how a stage runs, not what it computes: they stay out of its cache key.
+Settings that cannot work fail when the config loads, naming the field.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PLACEMENT = {"placement": True}
+GPU_EXTRA = "pip install -e '.[gpu]'"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+class LoraSettings(_Strict):
+    """LoRA (QLoRA with `load_in_4bit`) through peft. The adapter is saved beside the stage's
+    checkpoint with its base's digest, and merged into full weights at the stage boundary, since
+    the next stage trains or evaluates full weights."""
+
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    load_in_4bit: bool = False
+
+    @model_validator(mode="after")
+    def _quantisation_needs_bitsandbytes(self):
+        if self.load_in_4bit and not _installed("bitsandbytes"):
+            raise ValueError("load_in_4bit (QLoRA) needs bitsandbytes and a CUDA GPU: pip install bitsandbytes")
+        return self
+
+
+class TrainingHardware(_Strict):
+    bf16: bool | None = None          # None: bf16 where the GPU supports it, fp32 elsewhere
+    fp16: bool = False
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    gradient_checkpointing: bool = Field(False, json_schema_extra=PLACEMENT)  # memory for compute, same result
+    optim: str | None = None          # transformers' optimizer name (e.g. adamw_torch_fused, adamw_8bit); None: its default
+    lora: LoraSettings | None = None
+    threads: int = Field(2, ge=1, json_schema_extra=PLACEMENT)  # CPU threads of an in-process stage
+
+    @field_validator("optim")
+    @classmethod
+    def _known_optimizer(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from transformers.training_args import OptimizerNames
+
+        names = [o.value for o in OptimizerNames]
+        if value not in names:
+            raise ValueError(f"unknown optimizer {value!r}; transformers knows {', '.join(sorted(names))}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_precision(self):
+        if self.fp16 and self.bf16:
+            raise ValueError("bf16 and fp16 are both on: choose one")
+        return self
+
+    def global_batch(self) -> int:
+        raise NotImplementedError
+
+    def per_device_batch(self, processes: int) -> int:
+        """This process's share of the global batch; an uneven split is an error (it would change
+        what the recipe means)."""
+        share = processes * self.gradient_accumulation_steps
+        if self.global_batch() % share:
+            raise ValueError(f"the global batch of {self.global_batch()} does not split over {processes} "
+                             f"process(es) x gradient_accumulation_steps {self.gradient_accumulation_steps}")
+        return self.global_batch() // share
+
+
+class SFTTrainerConfig(TrainingHardware):
+    learning_rate: float = Field(5e-4, gt=0)
+    epochs: float = Field(2.0, gt=0)
+    max_steps: int = -1   # -1: train for `epochs`
+    batch_size: int = Field(16, ge=1)   # global: rows per optimizer step
+    max_length: int = Field(320, ge=16)
+    warmup_ratio: float = Field(0.05, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    packing: bool = False               # TRL's packing of several rows into one sequence of max_length
+    save_steps: int | None = Field(None, ge=1)  # in-stage checkpoints, so a rerun resumes (None: none)
+
+    @field_validator("max_steps")
+    @classmethod
+    def _steps_or_epochs(cls, v: int) -> int:
+        if v != -1 and v < 1:
+            raise ValueError("max_steps must be -1 (train for `epochs`) or at least 1")
+        return v
+
+    @model_validator(mode="after")
+    def _batch_splits(self):
+        self.per_device_batch(1)
+        return self
+
+    def global_batch(self) -> int:
+        return self.batch_size
+
+
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+
+
+class GRPOTrainerConfig(TrainingHardware):
+    learning_rate: float = Field(1e-5, gt=0)
+    max_steps: int = Field(60, ge=1)
+    prompts_per_step: int = Field(8, ge=1)     # global: prompts per optimizer step
+    num_generations: int = Field(8, ge=2)
+    max_completion_length: int = Field(128, ge=8)
+    temperature: float = Field(1.0, gt=0)
+    loss_type: LossType = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    beta: float = Field(0.0, ge=0)
+    epsilon: float = Field(0.2, gt=0, lt=1)   # the ratio is clipped below at 1 - epsilon
+    epsilon_high: float | None = Field(0.28, gt=0)
+    num_iterations: int = Field(1, ge=1)
+    mask_truncated_completions: bool = True
+    # With beta = 0 there is no KL term, and TRL logs no KL; this still measures how far each
+    # batch's rollout policy has drifted from the stage's starting policy (`kl` in the log, the
+    # KL alert and plot) on one completion per group, at the cost of a frozen copy of the model and
+    # two forward passes over those (turn it off under DeepSpeed ZeRO-3: the model cannot be copied).
+    monitor_kl: bool = True
+    warmup_ratio: float = Field(0.0, ge=0, le=1)
+    save_steps: int = Field(20, ge=1)
+    # Rollouts: one generation serves `steps_per_generation` optimizer steps (TRL's default: the
+    # accumulation steps); or say the generation batch in completions instead.
+    steps_per_generation: int | None = Field(None, ge=1)
+    generation_batch_size: int | None = Field(None, ge=1)
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = Field("colocate", json_schema_extra=PLACEMENT)
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, json_schema_extra=PLACEMENT)
+    vllm_tensor_parallel_size: int = Field(1, ge=1, json_schema_extra=PLACEMENT)
+    vllm_server_host: str | None = Field(None, json_schema_extra=PLACEMENT)   # `trl vllm-serve`'s address
+    vllm_server_port: int = Field(8000, ge=1, le=65535, json_schema_extra=PLACEMENT)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.steps_per_generation is not None and self.generation_batch_size is not None:
+            raise ValueError("steps_per_generation and generation_batch_size both set: TRL takes one of them")
+        if self.generation_batch_size is not None and self.generation_batch_size % self.num_generations:
+            raise ValueError(f"generation_batch_size {self.generation_batch_size} is not a multiple of "
+                             f"num_generations {self.num_generations}")
+        if self.use_vllm and not _installed("vllm"):
+            raise ValueError(f"use_vllm: vLLM is not installed here: {GPU_EXTRA}")
+        if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_host:
+            raise ValueError("vllm_mode server needs vllm_server_host (and vllm_server_port): the address of "
+                             "`trl vllm-serve`")
+        self.per_device_batch(1)
+        return self
+
+    def global_batch(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+
+def cache_relevant(model: BaseModel) -> dict:
+    """The model's fields as JSON, without those marked `placement` (at any depth)."""
+    out = {}
+    for name, field in type(model).model_fields.items():
+        if (field.json_schema_extra or {}).get("placement"):
+            continue
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out[name] = cache_relevant(value)
+        elif isinstance(value, list):
+            out[name] = [cache_relevant(v) if isinstance(v, BaseModel) else _json(v) for v in value]
+        elif isinstance(value, dict):
+            out[name] = {k: cache_relevant(v) if isinstance(v, BaseModel) else _json(v) for k, v in value.items()}
+        else:
+            out[name] = _json(value)
+    return out
+
+
+def _json(value):
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
+class LauncherConfig(_Strict):
+    """How a training stage's processes start: in the flow's own process (the CPU default), or as a
+    job of `num_processes` processes under `accelerate launch` (with one of configs/accelerate/*.yaml)
+    or `torchrun`, which the flow waits for (posttrain.launcher)."""
+
+    kind: Literal["in_process", "accelerate", "torchrun"] = "in_process"
+    num_processes: int = Field(1, ge=1)
+    config_file: str | None = None    # accelerate's config (configs/accelerate: ddp, zero2, zero3, fsdp)
+    timeout_s: float = Field(24 * 3600.0, gt=0)   # the whole job: a hung rank fails the stage here
+
+    @model_validator(mode="after")
+    def _launchable(self):
+        if self.kind == "in_process" and self.num_processes != 1:
+            raise ValueError("num_processes > 1 needs kind accelerate or torchrun")
+        if self.kind == "accelerate" and not self.config_file:
+            raise ValueError("kind accelerate needs config_file (one of configs/accelerate/*.yaml): without one, "
+                             "accelerate launch runs a single process on CPU")
+        if self.config_file:
+            engine = self.engine()
+            if self.kind != "accelerate":
+                raise ValueError(f"config_file {self.config_file} ({engine}) is started by accelerate launch, "
+                                 f"not {self.kind}: set kind accelerate")
+            if engine == "MULTI_CPU":
+                raise ValueError(f"{self.config_file}: accelerate starts several CPU processes only through mpirun; "
+                                 "use kind torchrun for a multi-process stage on CPU")
+            if engine == "DEEPSPEED" and not _installed("deepspeed"):
+                raise ValueError(f"{self.config_file} uses DeepSpeed, which is not installed here: {GPU_EXTRA}")
+        return self
+
+    def engine(self) -> str:
+        """accelerate's distributed_type of config_file (DEEPSPEED, FSDP, MULTI_GPU, MULTI_CPU, ...)."""
+        import yaml
+
+        if self.config_file is None:
+            return "NO" if self.kind == "in_process" else "MULTI"
+        path = _project_path(self.config_file)
+        if not path.is_file():
+            raise ValueError(f"config_file {self.config_file} does not exist")
+        settings = yaml.safe_load(path.read_text()) or {}
+        return str(settings.get("distributed_type", "NO")).upper()
+
+    def shards_weights(self) -> bool:
+        """ZeRO-3 or FSDP: no process holds the whole model until it is gathered."""
+        if self.kind != "accelerate":
+            return False
+        import yaml
+
+        settings = yaml.safe_load(_project_path(self.config_file).read_text()) or {}
+        zero = (settings.get("deepspeed_config") or {}).get("zero_stage")
+        return self.engine() == "FSDP" or (self.engine() == "DEEPSPEED" and zero == 3)
+
+
+def _project_path(path: str):
+    from pathlib import Path
+
+    candidate = Path(path)
+    if candidate.is_absolute() or candidate.exists():
+        return candidate
+    return Path(__file__).resolve().parents[1] / path   # configs/accelerate/... of this project
+
+
+def check_launch(stage: str, trainer: TrainingHardware, launcher: LauncherConfig, sampling=None) -> None:
+    """What a stage's trainer settings and its launcher must agree on (called by the stage configs)."""
+    several = launcher.num_processes > 1
+    if several and stage in ("mode_fusion_sft", "distillation"):
+        raise ValueError(f"launcher: {stage} writes its dataset to the data store before training, from every "
+                         "process under a multi-process launcher; run it in_process (a single process)")
+    if several and sampling is not None and (sampling.strategy != "uniform" or sampling.drop_uniform_groups
+                                             or sampling.curriculum):
+        raise ValueError("launcher: the adaptive problem sampler (prioritized, curriculum, drop_uniform_groups) "
+                         "keeps success statistics per process; with several processes use strategy uniform")
+    if launcher.shards_weights() and trainer.lora is not None:
+        raise ValueError("launcher: merging a LoRA adapter needs the whole model in one process; ZeRO-3 / FSDP "
+                         "shard it (use ddp or zero2 with lora)")

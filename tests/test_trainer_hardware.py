@@ -1,0 +1,122 @@
+"""Hardware settings of the trainers: each inconsistent one refused when the config loads, naming
+the field; the rest reach TRL as they are, with batch sizes global; placement stays out of the
+stage cache key; LoRA trains an adapter that is saved with its base and merged into full weights."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import config_error
+
+from posttrain import trainer_config
+from posttrain.config import load_config
+from posttrain.trainer_config import GRPOTrainerConfig, SFTTrainerConfig, cache_relevant
+
+
+@pytest.fixture
+def everything_installed(monkeypatch):
+    """As on a GPU machine with the gpu extra: vLLM and bitsandbytes importable."""
+    monkeypatch.setattr(trainer_config, "_installed", lambda module: True)
+
+
+@pytest.mark.parametrize("stage, settings, line, words", [
+    ("reasoning_rl", "use_vllm: true", 4, "pip install -e '.[gpu]'"),
+    ("general_rl", "bf16: true\n      fp16: true", 4, "bf16 and fp16 are both on"),
+    ("cold_start_sft", "optim: adamw_bogus", 4, "unknown optimizer 'adamw_bogus'"),
+    ("reasoning_rl", "steps_per_generation: 2\n      generation_batch_size: 64", 4, "both set"),
+    ("reasoning_rl", "generation_batch_size: 60", 4, "not a multiple of num_generations 8"),
+    ("mode_fusion_sft", "gradient_accumulation_steps: 3", 4, "does not split"),
+    ("cold_start_sft", "lora: {load_in_4bit: true}", 4, "bitsandbytes"),
+    ("cold_start_sft", "lora: {r: 0}", 4, "greater than or equal to 1"),
+    ("reasoning_rl", "vllm_gpu_memory_utilization: 1.5", 4, "less than or equal to 1"),
+])
+def test_inconsistent_hardware_settings_are_refused_at_load(tmp_path, stage, settings, line, words):
+    message = config_error(tmp_path, f"name: t\nstages:\n  {stage}:\n    trainer:\n      {settings}\n")
+    # the trainer's line, or the field's own line for a one-field error
+    assert re.search(rf"c\.yaml:({line}|{line + 1}): stages\.{stage}\.trainer", message) and words in message, message
+
+
+def test_vllm_server_mode_needs_the_servers_address(tmp_path, everything_installed):
+    message = config_error(tmp_path, "name: t\nstages:\n  reasoning_rl:\n    trainer: {use_vllm: true, vllm_mode: server}\n")
+    assert "stages.reasoning_rl.trainer" in message and "vllm_server_host" in message, message
+    cfg = GRPOTrainerConfig(use_vllm=True, vllm_mode="server", vllm_server_host="10.0.0.2", vllm_server_port=8001)
+    assert cfg.vllm_server_host == "10.0.0.2"
+
+
+def test_sft_settings_reach_trl_with_the_batch_global(tmp_path, monkeypatch):
+    from posttrain.trainers import sft_args
+
+    cfg = SFTTrainerConfig(batch_size=16, gradient_accumulation_steps=2, gradient_checkpointing=True, packing=True,
+                           save_steps=5, optim="adafactor", bf16=False)
+    args = sft_args(cfg, tmp_path, 0)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 2)
+    assert (args.activation_checkpointing, args.packing, args.save_strategy, args.save_steps, args.optim) == \
+        (True, True, "steps", 5, "adafactor")
+    import posttrain.trainers
+
+    monkeypatch.setattr(posttrain.trainers, "processes", lambda: 2)   # as under a 2-process launcher
+    assert sft_args(cfg, tmp_path, 0).per_device_train_batch_size == 4
+    monkeypatch.setattr(posttrain.trainers, "processes", lambda: 3)
+    with pytest.raises(ValueError, match="does not split over 3 process"):
+        sft_args(cfg, tmp_path, 0)
+
+
+def test_grpo_settings_reach_trl(tmp_path, everything_installed):
+    from posttrain.trainers import grpo_args
+
+    cfg = GRPOTrainerConfig(prompts_per_step=8, num_generations=8, gradient_accumulation_steps=4,
+                            use_vllm=True, vllm_mode="server", vllm_server_host="127.0.0.1", vllm_server_port=8123,
+                            vllm_gpu_memory_utilization=0.5, steps_per_generation=2)
+    args = grpo_args(cfg, tmp_path, 0, [1.0])
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation) == (16, 4, 2)
+    assert (args.use_vllm, args.vllm_mode, args.vllm_server_host, args.vllm_server_port) == (True, "server", "127.0.0.1", 8123)
+    plain = grpo_args(GRPOTrainerConfig(), tmp_path, 0, [1.0])
+    assert (plain.use_vllm, plain.per_device_train_batch_size, plain.bf16, plain.fp16) == (False, 64, False, False)
+
+
+def test_placement_stays_out_of_the_cache_key():
+    base = cache_relevant(GRPOTrainerConfig())
+    for placement in ({"threads": 16}, {"gradient_checkpointing": True}, {"vllm_gpu_memory_utilization": 0.9},
+                      {"vllm_tensor_parallel_size": 2}):
+        assert cache_relevant(GRPOTrainerConfig(**placement)) == base, placement
+    for result in ({"bf16": True}, {"learning_rate": 2e-5}, {"gradient_accumulation_steps": 2}, {"optim": "sgd"}):
+        assert cache_relevant(GRPOTrainerConfig(**result)) != base, result
+    cfg = load_config("configs/default.yaml")
+    assert "threads" not in json.dumps(cache_relevant(cfg.stage("cold_start_sft")))
+
+
+def test_lora_adapter_is_saved_with_its_base_and_merged(tmp_path):
+    """A few LoRA steps of SFT on a tiny model: the adapter lies under work/adapter with the base's
+    digest; the checkpoint is full weights (loads without peft) and differs from the base."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from posttrain.checkpoint import directory_digest
+    from posttrain.chat import ChatConfig
+    from posttrain.schema import CheckpointRef
+    from posttrain.trainers import peft_config, save_trained, sft_args, sft_dataset
+    from tests.userdata import build_model, build_tokenizer
+
+    base_dir = tmp_path / "base"
+    tokenizer = build_tokenizer(base_dir)
+    build_model(base_dir, tokenizer, hidden=32, layers=2, seed=0)
+    base = CheckpointRef(path=str(base_dir), digest=directory_digest(base_dir))
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    cfg = SFTTrainerConfig(max_steps=3, batch_size=4, learning_rate=5e-2, lora={"r": 4, "alpha": 8, "dropout": 0.0})
+    rows = [{"messages": [{"role": "user", "content": f"{i} + 1"}, {"role": "assistant", "content": f"{i + 1}"}]}
+            for i in range(8)]
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, tmp_path / "trainer", 0), processing_class=tokenizer,
+                         train_dataset=sft_dataset(tokenizer, ChatConfig(), rows), peft_config=peft_config(cfg))
+    trainer.train()
+    checkpoint, adapter = save_trained(trainer, tokenizer, tmp_path, base)
+    assert adapter is not None and (tmp_path / "adapter" / "adapter_config.json").is_file()
+    assert json.loads((tmp_path / "adapter" / "base.json").read_text()) == {"path": base.path, "digest": base.digest}
+    merged = AutoModelForCausalLM.from_pretrained(checkpoint.path)
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    original = AutoModelForCausalLM.from_pretrained(base_dir)
+    changed = [n for (n, p), (_, q) in zip(merged.named_parameters(), original.named_parameters()) if not torch.equal(p, q)]
+    assert changed, "merging the adapter left every weight as it was"
