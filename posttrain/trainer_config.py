@@ -219,25 +219,24 @@ class LauncherConfig(_Strict):
 
     def engine(self) -> str:
         """accelerate's distributed_type of config_file (DEEPSPEED, FSDP, MULTI_GPU, MULTI_CPU, ...)."""
-        import yaml
-
         if self.config_file is None:
             return "NO" if self.kind == "in_process" else "MULTI"
-        path = _project_path(self.config_file)
-        if not path.is_file():
-            raise ValueError(f"config_file {self.config_file} does not exist")
-        settings = yaml.safe_load(path.read_text()) or {}
-        return str(settings.get("distributed_type", "NO")).upper()
+        return str(self._accelerate_settings().get("distributed_type", "NO")).upper()
 
     def shards_weights(self) -> bool:
         """ZeRO-3 or FSDP: no process holds the whole model until it is gathered."""
-        if self.kind != "accelerate":
+        if self.kind != "accelerate" or self.config_file is None:
             return False
+        zero = (self._accelerate_settings().get("deepspeed_config") or {}).get("zero_stage")
+        return self.engine() == "FSDP" or (self.engine() == "DEEPSPEED" and zero == 3)
+
+    def _accelerate_settings(self) -> dict:
         import yaml
 
-        settings = yaml.safe_load(_project_path(self.config_file).read_text()) or {}
-        zero = (settings.get("deepspeed_config") or {}).get("zero_stage")
-        return self.engine() == "FSDP" or (self.engine() == "DEEPSPEED" and zero == 3)
+        path = _project_path(self.config_file)
+        if not path.is_file():
+            raise ValueError(f"config_file {self.config_file} does not exist")
+        return yaml.safe_load(path.read_text()) or {}
 
 
 def _project_path(path: str):
