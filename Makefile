@@ -52,6 +52,7 @@ ui: setup
 	  health || { echo "Prefect server did not become healthy (see .prefect/server.log)"; exit 1; }; \
 	fi; \
 	echo "Prefect UI: http://127.0.0.1:$(UI_PORT)"; \
+	echo "stages with run_on need a worker on their pool: PREFECT_API_URL=$$PREFECT_API_URL $(VENV)/bin/prefect worker start --pool <pool>"; \
 	$(PY) -m flows.serve
 
 clean:

@@ -5,6 +5,7 @@ step that changes it, so a run that dies leaves a report that says where.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.remote import check_work_pools
 from flows.tasks import call_cached, code_state, evaluate_checkpoint, run_stage
 from posttrain.config import STAGES, PipelineConfig, config_hash
 from posttrain.gates import carried_checks, judge
@@ -27,7 +29,7 @@ class GateFailed(RuntimeError):
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The starting checkpoint: the embedded world's base, or the configured model (HF id / path)."""
-    from posttrain.checkpoint import directory_digest
+    from posttrain.checkpoint import foreign_digest
 
     location = cfg.base.model if which == "teacher" else cfg.base.student
     if location == "embedded":
@@ -36,7 +38,7 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
         return embedded_base(cfg, which)
     local = Path(location) if Path(location).is_absolute() else cfg.path(location)
     if local.is_dir():
-        return CheckpointRef(path=str(local), digest=directory_digest(local))
+        return CheckpointRef(path=str(local), digest=foreign_digest(local, cfg.path(cfg.paths.runs) / "manifests"))
     return CheckpointRef(path=location, digest=f"hub:{location}")
 
 
@@ -66,6 +68,7 @@ class ChainRun:
         self.log = get_run_logger()
         self.report = RunReport(run_id=run_id, config=config_path)
         self.evals: dict[str, EvalResult] = {}
+        self.training_runs: dict[str, str] = {}  # stage -> the MLflow run it trained in (this flow run)
 
     def prepare_data(self) -> None:
         """The embedded world if a model is `embedded`, every data role normalised and content-
@@ -79,6 +82,7 @@ class ChainRun:
         for note in (n for d in self.data.loaded.values() for n in d.notes):
             self.log.info(note)
         self.report.sandbox = code_isolation(cfg, self.data)
+        check_work_pools(cfg, self.selected)
         self.registry = Registry.for_config(cfg)
         code = code_state()
         if code["dirty"]:
@@ -102,7 +106,9 @@ class ChainRun:
         self.report.stages.append(StageEntry(name=name, status="skipped"))
 
     def train(self, name: str, parent: StageEntry) -> tuple[StageResult, bool]:
-        """The stage's result, from the cache when its inputs are unchanged; (result, cached)."""
+        """The stage's result, from the cache when its inputs are unchanged; (result, cached). The
+        stage trains in an MLflow run opened here, so its curves reach the registry while it runs;
+        the run is closed with the stage (deleted if the stage came from the cache)."""
         self.stage_started = time.time()
         entry = StageEntry(name=name)  # "failed" until recorded: a crash leaves the report saying where
         self.report.stages.append(entry)
@@ -112,13 +118,23 @@ class ChainRun:
             seed=self.cfg.seed, datasets=[d for s in self.report.stages for d in s.datasets],
             student=base_checkpoint(self.cfg, "student") if name == "distillation" else None,
             data_store=str(self.cfg.path(self.cfg.paths.data_store)),
-            dvc_remote=str(self.cfg.path(self.cfg.paths.dvc_remote)))
+            dvc_remote=str(self.cfg.path(self.cfg.paths.dvc_remote)),
+            tracking=self.registry.start_training(name, self.lineage))
         try:
-            return call_cached(run_stage, self.force, self.storage, name=name, config=self.cfg, inputs=inputs)
+            result, cached = call_cached(run_stage, self.force, self.storage, name=name, config=self.cfg, inputs=inputs)
         except Exception:
             entry.wall_s = time.time() - self.stage_started
             self.write()
+            with contextlib.suppress(Exception):  # the stage's own error is the one to report
+                self.registry.end_training(inputs.tracking.run_id, "FAILED")
             raise
+        if cached:
+            self.registry.discard_training(inputs.tracking.run_id)
+        else:
+            self.registry.finish_training(inputs.tracking.run_id, self.cfg.stage(name).model_dump(mode="json"),
+                                          result.train_log)
+            self.training_runs[name] = inputs.tracking.run_id
+        return result, cached
 
     def evaluate(self, name: str, result: StageResult, parent: StageEntry) -> EvalResult:
         """Held-out scores of the stage's checkpoint; a data-only stage (same checkpoint) keeps its
@@ -161,10 +177,14 @@ class ChainRun:
                 "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
         if result.adapter is not None:  # a LoRA stage: its adapter, on the parent's weights
             tags |= {"adapter_path": result.adapter.path, "adapter_digest": result.adapter.digest}
-        training = self.cfg.stage(name).model_dump(mode="json")
-        return self.registry.register_stage(
-            name, result.checkpoint, tags, verdict,
-            log_training=None if cached else lambda: self.registry.log_training(name, training, result.train_log, tags))
+        return self.registry.register_stage(name, result.checkpoint, tags, verdict,
+                                            log_training=None if cached else lambda: self._training_run(name, tags))
+
+    def _training_run(self, name: str, tags: dict) -> str:
+        """The run the stage trained in, tagged with its version's lineage."""
+        run_id = self.training_runs[name]
+        self.registry.tag_training(run_id, tags)
+        return run_id
 
     def record(self, name: str, result: StageResult, cached: bool, evaluation: EvalResult, verdict: GateVerdict,
                version: str | None) -> StageEntry:

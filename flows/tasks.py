@@ -85,7 +85,9 @@ def eval_cache_key(context, parameters) -> str:
     from posttrain.rewards import VERIFIER_VERSIONS
 
     cfg: PipelineConfig = parameters["config"]
-    return "eval-" + _digest(EVAL_VERSION, VERIFIER_VERSIONS, parameters["checkpoint"].digest, cfg.evaluation.model_dump(mode="json"),
+    # The generation engine keys it (gates pair a checkpoint's items with its parent's, engine for
+    # engine); how vLLM sits on the GPUs does not.
+    return "eval-" + _digest(EVAL_VERSION, VERIFIER_VERSIONS, parameters["checkpoint"].digest, cache_relevant(cfg.evaluation),
                              [s.model_dump(mode="json", exclude={"sources"}) for s in cfg.data.suites()],
                              {k: d.md5 for k, d in parameters["suites"].items()}, cfg.base.settings().model_dump(mode="json"))
 
@@ -95,6 +97,18 @@ def eval_cache_key(context, parameters) -> str:
 def run_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> StageResult:
     if os.environ.get(FAIL_STAGE_ENV) == name:
         raise RuntimeError(f"injected failure in stage {name} ({FAIL_STAGE_ENV} is set)")
+    run_on = getattr(config.stage(name), "run_on", None)
+    if run_on is not None:
+        from flows.remote import dispatch
+
+        key = stage_cache_key(None, {"name": name, "config": config, "inputs": inputs})
+        return dispatch(name, config, inputs, run_on, key)
+    return execute_stage(name, config, inputs)
+
+
+def execute_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> StageResult:
+    """The stage's work on this machine: adopt the in-stage checkpoints an interrupted attempt with
+    the same inputs left, launch it (in-process or as a multi-process job), mark it finished."""
     work_dir = Path(inputs.work_dir)
     key = stage_cache_key(None, {"name": name, "config": config, "inputs": inputs})
     for adopted in start_attempt(work_dir, key):  # in-stage checkpoints of a killed run (posttrain/attempts.py)

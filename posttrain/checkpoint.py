@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import uuid
@@ -15,15 +16,67 @@ class MissingCheckpointError(FileNotFoundError):
     pass
 
 
-def directory_digest(path: Path) -> str:
-    """sha256 over (relative name, content) of every file, in sorted order."""
+MANIFEST = ".posttrain-manifest.json"
+
+
+def directory_digest(path: Path, manifest: Path | None = None) -> str:
+    """sha256 over (relative name, size, sha256 of content) of every file, in sorted order.
+
+    A manifest of those per-file hashes (the one `seal` writes inside a checkpoint, or `manifest`
+    elsewhere) lets a file whose size and modification time are unchanged keep its recorded hash, as
+    rsync's quick check does: a 16 GB checkpoint is hashed once, when it is saved, not on every
+    cache hit. A file that changed, appeared or vanished is rehashed or dropped, so an altered
+    checkpoint still gets a different digest."""
+    path = Path(path)
+    known = _read_manifest(manifest or path / MANIFEST)
+    entries = {}
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST):
+        rel, stat = file.relative_to(path).as_posix(), file.stat()
+        recorded = known.get(rel)
+        if recorded and recorded[0] == stat.st_size and recorded[1] == stat.st_mtime_ns:
+            entries[rel] = recorded
+        else:
+            entries[rel] = [stat.st_size, stat.st_mtime_ns, _file_sha256(file)]
+    digest = "sha256:" + hashlib.sha256("".join(f"{rel}\0{size}\0{sha}\n" for rel, (size, _, sha) in entries.items())
+                                        .encode()).hexdigest()
+    if manifest is not None and entries != known:
+        _write_manifest(manifest, entries, digest)
+    return digest
+
+
+def seal(path: Path) -> str:
+    """Hash a checkpoint directory once and record the per-file hashes inside it; its digest."""
+    return directory_digest(path, manifest=Path(path) / MANIFEST)
+
+
+def foreign_digest(path: Path, manifests: Path) -> str:
+    """The digest of a directory this pipeline did not write (a base model, a DVC output), with its
+    manifest kept under `manifests` instead of inside it."""
+    name = hashlib.sha256(str(Path(path).absolute()).encode()).hexdigest()[:24]
+    return directory_digest(path, manifest=Path(manifests) / f"{name}.json")
+
+
+def _file_sha256(file: Path) -> str:
     h = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        h.update(str(file.relative_to(path)).encode())
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return "sha256:" + h.hexdigest()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_manifest(manifest: Path) -> dict[str, list]:
+    try:
+        data = json.loads(manifest.read_text())
+        return {k: v for k, v in data["files"].items() if isinstance(v, list) and len(v) == 3}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _write_manifest(manifest: Path, entries: dict[str, list], digest: str) -> None:
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = manifest.with_name(f"{manifest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(json.dumps({"digest": digest, "files": entries}))
+    os.replace(tmp, manifest)
 
 
 def save_checkpoint(model, tokenizer, path: Path, state_dict: dict | None = None) -> CheckpointRef:
@@ -34,7 +87,7 @@ def save_checkpoint(model, tokenizer, path: Path, state_dict: dict | None = None
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
-    digest = directory_digest(tmp)
+    digest = seal(tmp)
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)
@@ -46,6 +99,15 @@ def is_intact(ref: CheckpointRef) -> bool:
     return ref.directory.is_dir() and directory_digest(ref.directory) == ref.digest
 
 
+def checkpoint_location(ref: CheckpointRef | str | Path) -> str:
+    """The directory or hub id to load; a checkpoint ref whose directory is gone is an error."""
+    location = ref.path if isinstance(ref, CheckpointRef) else str(ref)
+    if isinstance(ref, CheckpointRef) and not Path(location).is_dir():
+        raise MissingCheckpointError(
+            f"checkpoint {location} is missing; rerun the stage that wrote it (posttrain run --force)")
+    return location
+
+
 def load_checkpoint(ref: CheckpointRef | str | Path, *, for_training: bool = True,
                     settings: ModelSettings | None = None):
     """Load (model, tokenizer) from a checkpoint ref, a local directory or a hub id, ready to chat:
@@ -55,11 +117,7 @@ def load_checkpoint(ref: CheckpointRef | str | Path, *, for_training: bool = Tru
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     settings = settings or ModelSettings()
-    location = ref.path if isinstance(ref, CheckpointRef) else str(ref)
-    local = Path(location)
-    if isinstance(ref, CheckpointRef) and not local.is_dir():
-        raise MissingCheckpointError(
-            f"checkpoint {location} is missing; rerun the stage that wrote it (posttrain run --force)")
+    location = checkpoint_location(ref)
     dtype = {"auto": "auto", "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[settings.dtype]
     extra = {"attn_implementation": settings.attn_implementation} if settings.attn_implementation else {}
     try:
@@ -76,6 +134,7 @@ def load_checkpoint(ref: CheckpointRef | str | Path, *, for_training: bool = Tru
 
 
 def prepare_for_chat(model, tokenizer, chat: ChatConfig, location: str) -> None:
+    """`model` None: the weights are another engine's (vLLM), which cannot grow the vocabulary."""
     if not tokenizer.chat_template:
         if chat.template is None:
             raise ValueError(f"model {location} has no chat template (a base model?): set base.chat.template "
@@ -84,9 +143,14 @@ def prepare_for_chat(model, tokenizer, chat: ChatConfig, location: str) -> None:
     if chat.add_think_tokens:
         vocab = tokenizer.get_vocab()
         missing = [m for m in (chat.think_open, chat.think_close) if m not in vocab]
+        if missing and model is None:
+            raise ValueError(f"model {location} lacks the think marker token(s) {', '.join(missing)}, and vLLM "
+                             "cannot add them (base.chat.add_think_tokens): generate with backend hf, or "
+                             "from a checkpoint saved by a stage, which has them")
         if missing:
             tokenizer.add_tokens(missing, special_tokens=False)  # special tokens vanish from decoded replies
             model.resize_token_embeddings(len(tokenizer))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-        model.config.pad_token_id = tokenizer.pad_token_id
+        if model is not None:
+            model.config.pad_token_id = tokenizer.pad_token_id

@@ -9,7 +9,7 @@ Settings that cannot work fail when the config loads, naming the field.
 from __future__ import annotations
 
 import importlib.util
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +23,18 @@ class _Strict(BaseModel):
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def vllm_unavailable() -> str | None:
+    """Why vLLM's engine cannot run here (not installed, or a CPU-only torch), or None."""
+    if not _installed("vllm"):
+        return f"vLLM is not installed here: {GPU_EXTRA}"
+    import torch
+
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return (f"this torch ({torch.__version__}) is a CPU-only build and vLLM's engine needs a GPU build "
+                f"(CUDA or ROCm); on a GPU machine: {GPU_EXTRA}")
+    return None
 
 
 class LoraSettings(_Strict):
@@ -246,6 +258,24 @@ def _project_path(path: str):
     if candidate.is_absolute() or candidate.exists():
         return candidate
     return Path(__file__).resolve().parents[1] / path   # configs/accelerate/... of this project
+
+
+class WorkPoolPlacement(_Strict):
+    """Run the stage as a flow run of the `posttrain-stage` deployment on a Prefect work pool (a
+    worker started with `prefect worker start --pool NAME`, possibly on another machine); the chain
+    waits for it (flows/remote.py). Checkpoints, data and the stage's result pass through the project
+    directory, so the worker's machine must see it at the same path (a shared filesystem)."""
+
+    work_pool: str = Field(min_length=1)
+    job_variables: dict[str, Any] = {}   # the pool's job template variables, e.g. {env: {...}} for `process`
+    timeout_s: float = Field(7 * 24 * 3600.0, gt=0)   # waiting for the worker included
+
+    @field_validator("work_pool")
+    @classmethod
+    def _prefect_name(cls, value: str) -> str:
+        if value.strip() != value or any(c in value for c in "/%&><"):
+            raise ValueError(f"{value!r} is not a Prefect work pool name (no surrounding spaces, no / % & < >)")
+        return value
 
 
 def check_launch(stage: str, trainer: TrainingHardware, launcher: LauncherConfig, sampling=None) -> None:

@@ -56,7 +56,7 @@ def save_trained(trainer, tokenizer, work: Path, parent: CheckpointRef) -> tuple
     or evaluates full weights. Under several processes every rank joins in gathering the weights
     (ZeRO-3 / FSDP shards are consolidated to safetensors here), the first writes, all return the
     same reference."""
-    from posttrain.checkpoint import directory_digest
+    from posttrain.checkpoint import directory_digest, seal
 
     accelerator = trainer.accelerator
     several = accelerator.num_processes > 1
@@ -66,7 +66,7 @@ def save_trained(trainer, tokenizer, work: Path, parent: CheckpointRef) -> tuple
         adapter_dir = work / "adapter"
         model.save_pretrained(adapter_dir, state_dict=state_dict)
         (adapter_dir / "base.json").write_text(json.dumps({"path": parent.path, "digest": parent.digest}))
-        adapter = CheckpointRef(path=str(adapter_dir), digest=directory_digest(adapter_dir))
+        adapter = CheckpointRef(path=str(adapter_dir), digest=seal(adapter_dir))
         model, state_dict = model.merge_and_unload(), None
     checkpoint = save_checkpoint(model, tokenizer, work / "checkpoint", state_dict) if accelerator.is_main_process else None
     if several:

@@ -85,6 +85,19 @@ def test_placement_stays_out_of_the_cache_key():
         assert cache_relevant(GRPOTrainerConfig(**result)) != base, result
     cfg = load_config("configs/default.yaml")
     assert "threads" not in json.dumps(cache_relevant(cfg.stage("cold_start_sft")))
+    for stage in ("cold_start_sft", "rejection_sampling", "distillation"):
+        here = cache_relevant(cfg.stage(stage))
+        placed = cfg.stage(stage).model_copy(update={"run_on": trainer_config.WorkPoolPlacement(work_pool="gpu")})
+        assert cache_relevant(placed) == here, stage   # moving a stage to a pool reuses its cache
+
+
+@pytest.mark.parametrize("pool,words", [("", "at least 1 character"), ("gpu/pool", "not a Prefect work pool name"),
+                                        (" gpu", "not a Prefect work pool name")])
+def test_a_bad_work_pool_is_refused_at_load(tmp_path, pool, words):
+    text = f"stages:\n  reasoning_rl:\n    run_on:\n      work_pool: {json.dumps(pool)}\n"
+    message = config_error(tmp_path, text)
+    assert "stages.reasoning_rl.run_on.work_pool" in message and words in message and "c.yaml:4" in message, message
+    assert "timeout_s" in config_error(tmp_path, "stages:\n  general_rl:\n    run_on: {work_pool: g, timeout_s: 0}\n")
 
 
 def test_lora_adapter_is_saved_with_its_base_and_merged(tmp_path):

@@ -208,14 +208,14 @@ def _dvc_stale_stages(root: Path, env: dict) -> list[str]:
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The embedded world's pretrained base (teacher) or student base. (A configured model of the
     user's own is located by flows.chain.base_checkpoint.)"""
-    from posttrain.checkpoint import directory_digest
+    from posttrain.checkpoint import foreign_digest
 
     paths = WorldPaths(cfg.path(cfg.paths.world))
     directory = paths.base if which == "teacher" else paths.student_base
     if not (directory / "config.json").exists():
         raise FileNotFoundError(f"base model {directory} is missing; build it with `dvc repro` "
                                 f"(or `posttrain world base --which {which}`)")
-    return CheckpointRef(path=str(directory), digest=directory_digest(directory))
+    return CheckpointRef(path=str(directory), digest=foreign_digest(directory, cfg.path(cfg.paths.runs) / "manifests"))
 
 
 # Each role file takes its own share of a generated pool, so stages do not train on one another's
