@@ -16,7 +16,7 @@ from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metri
 from posttrain.sources import SourceConfig, TaskKind, _as_list
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
-from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, check_launch  # noqa: F401 (re-exported)
+from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
 
 
 
@@ -213,6 +213,7 @@ class ColdStartSFTConfig(Strict):
     gate: GateConfig = GateConfig()
 
     launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
     @model_validator(mode="after")
     def _launch(self):
@@ -278,6 +279,7 @@ class ReasoningRLConfig(Strict):
     gate: GateConfig = GateConfig()
 
     launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
     @model_validator(mode="after")
     def _launch(self):
@@ -294,6 +296,7 @@ class RejectionSamplingConfig(Strict):
     min_language_consistency: float = Field(1.0, ge=0, le=1)
     max_per_prompt: int = Field(2, ge=1)
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="stage.kept_rows", min=100)], regression=[])
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
 
 class ModeFusionSFTConfig(Strict):
@@ -305,6 +308,7 @@ class ModeFusionSFTConfig(Strict):
     gate: GateConfig = GateConfig()
 
     launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
     @model_validator(mode="after")
     def _launch(self):
@@ -322,6 +326,7 @@ class GeneralRLConfig(Strict):
     gate: GateConfig = GateConfig()
 
     launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
     @model_validator(mode="after")
     def _launch(self):
@@ -339,6 +344,7 @@ class DistillationStageConfig(Strict):
     on_policy_learning_rate: float = Field(5e-5, gt=0)
     max_parameter_ratio: float = Field(1 / 3, gt=0, le=1)
     gate: GateConfig = GateConfig()
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
 
 # The chain, in order, with each stage's settings: adding a stage is one line here plus its
