@@ -120,6 +120,8 @@ class ChainRun:
             data_store=str(self.cfg.path(self.cfg.paths.data_store)),
             dvc_remote=str(self.cfg.path(self.cfg.paths.dvc_remote)),
             tracking=self.registry.start_training(name, self.lineage))
+        if url := self.registry.run_url(inputs.tracking.run_id):
+            self.log.info(f"{name}: training curves live at {url}")
         try:
             result, cached = call_cached(run_stage, self.force, self.storage, name=name, config=self.cfg, inputs=inputs)
         except Exception:

@@ -88,6 +88,7 @@ def eval_cache_key(context, parameters) -> str:
     # The generation engine keys it (gates pair a checkpoint's items with its parent's, engine for
     # engine); how vLLM sits on the GPUs does not.
     return "eval-" + _digest(EVAL_VERSION, VERIFIER_VERSIONS, parameters["checkpoint"].digest, cache_relevant(cfg.evaluation),
+                             cfg.budget_curve_for(parameters["label"]),
                              [s.model_dump(mode="json", exclude={"sources"}) for s in cfg.data.suites()],
                              {k: d.md5 for k, d in parameters["suites"].items()}, cfg.base.settings().model_dump(mode="json"))
 
@@ -128,7 +129,8 @@ def evaluate_checkpoint(checkpoint: CheckpointRef, config: PipelineConfig, suite
                         label: str) -> EvalResult:
     from posttrain.evaluation import evaluate
 
-    return evaluate(checkpoint, config, suites=suites, desc=f"evaluating {label}")
+    return evaluate(checkpoint, config, suites=suites, desc=f"evaluating {label}",
+                    budget_curve=config.budget_curve_for(label))
 
 
 def call_cached(task_fn, refresh: bool, storage: Path, **kwargs):

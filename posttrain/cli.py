@@ -128,13 +128,22 @@ def _config(args):
     return load_config(args.config)
 
 
-def _registry(cfg):
-    from posttrain.registry import Registry
+def _has_registry(cfg) -> bool:
+    """A server counts as there (opening it says if it does not answer); a folder needs its store."""
+    from posttrain.config import registry_server
 
-    root = cfg.path(cfg.paths.registry)
-    if not (root / "mlflow.db").is_file():
-        raise CLIError(f"no registry at {root} (run the pipeline with this config first)")
-    return Registry.for_config(cfg)
+    return bool(registry_server(cfg.paths.registry)) or (cfg.path(cfg.paths.registry) / "mlflow.db").is_file()
+
+
+def _registry(cfg):
+    from posttrain.registry import Registry, RegistryUnreachable
+
+    if not _has_registry(cfg):
+        raise CLIError(f"no registry at {cfg.path(cfg.paths.registry)} (run the pipeline with this config first)")
+    try:
+        return Registry.for_config(cfg)
+    except RegistryUnreachable as exc:
+        raise CLIError(str(exc)) from None
 
 
 def _actor() -> str:
@@ -235,8 +244,7 @@ def _cmd_status(args) -> int:
             for c in s.gate.checks:
                 if not c.passed:
                     print(f"  {s.name}: failed check {c.name} = {_fmt(c.value)} {c.detail}".rstrip())
-    registry_root = cfg.path(cfg.paths.registry)
-    if (registry_root / "mlflow.db").is_file():
+    if _has_registry(cfg):
         from posttrain import promotion
 
         reg = _registry(cfg)

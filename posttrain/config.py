@@ -17,6 +17,8 @@ from posttrain.sources import SourceConfig, TaskKind, _as_list
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
+from posttrain.trainer_config import GenerationEngine
+from posttrain.gate_config import GateConfig, GatesConfig, GateTarget, RegressionCheck  # noqa: F401 (re-exported)
 
 
 
@@ -53,11 +55,34 @@ class BaseModelConfig(Strict):
                              trust_remote_code=self.trust_remote_code, chat=self.chat)
 
 
-class EvaluationConfig(Strict):
+class BudgetCurveConfig(Strict):
+    """Accuracy as a function of the thinking budget (Qwen3 sec. 4.3, Fig. 2), measured in every
+    evaluation from `from_stage` on: on the first `items` items of a think-mode math suite, greedy,
+    at budgets placed at `quantiles` of that checkpoint's own think length there, at budget 0 (the
+    stop-thinking sentence at once) and unlimited (the suite's plain replies). Metrics
+    `<suite>/budget_<label>/{accuracy,tokens,cut}` (label q25, ..., 0, unlimited) and
+    `<suite>/think_tokens` (mean think length)."""
+
+    enabled: bool = True
+    suite: str | None = None   # None: the first math suite in think mode
+    quantiles: list[float] = Field([0.25, 0.5, 0.75], min_length=1)
+    items: int = Field(100, ge=10)
+    from_stage: str = "mode_fusion_sft"
+
+    @field_validator("quantiles")
+    @classmethod
+    def _fractions(cls, value: list[float]) -> list[float]:
+        if any(not 0 < q < 1 for q in value) or len(set(value)) != len(value):
+            raise ValueError("quantiles must be distinct fractions strictly between 0 and 1")
+        return sorted(value)
+
+
+class EvaluationConfig(GenerationEngine):
     max_new_tokens: int = Field(160, ge=8)
     batch_size: int = Field(128, ge=1)  # rows per generation batch (bench/results/generation.md)
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     threads: int = Field(2, ge=1)
+    budget_curve: BudgetCurveConfig = BudgetCurveConfig()
 
 
 # ---------------------------------------------------------------- data
@@ -125,82 +150,7 @@ class DataConfig(Strict):
         return {f"{s.name}/{m.name}" for s in self.suites() for m in suite_metrics(s.kind, s.mode)}
 
 
-# ---------------------------------------------------------------- gates
-
-
-class GateTarget(Strict):
-    """One check. Exactly one of: `min`/`max` (absolute), `above` (significantly above the named
-    stage, paired CI), `not_below` (not significantly below it), `ratio_min` (value / named stage's
-    value). Stage references: a stage name, `parent`, or `base`. Metrics prefixed `stage.` read the
-    stage's own training metrics (e.g. `stage.kept_rows`)."""
-
-    metric: str
-    min: float | None = None
-    max: float | None = None
-    above: str | None = None
-    not_below: str | None = None
-    ratio_min: float | None = Field(None, gt=0)
-    of: str | None = None
-
-    @model_validator(mode="after")
-    def _one_kind(self):
-        kinds = [k for k in ("min", "max", "above", "not_below", "ratio_min") if getattr(self, k) is not None]
-        if len(kinds) != 1:
-            raise ValueError(f"gate target on {self.metric!r} needs exactly one of min, max, above, not_below, "
-                             f"ratio_min (got {kinds or 'none'})")
-        if self.ratio_min is not None and not self.of:
-            raise ValueError(f"gate target ratio_min on {self.metric!r} needs `of: <stage>`")
-        return self
-
-    def references(self) -> list[str]:
-        return [r for r in (self.above, self.not_below, self.of) if r is not None]
-
-
-class RegressionCheck(Strict):
-    """A capability that must not fall below the parent's by more than `max_drop` (absolute),
-    beyond noise (posttrain.gates)."""
-
-    metric: str
-    max_drop: float | None = Field(None, ge=0, le=1)   # None: gates.max_drop
-    origin: str | None = None                          # the earlier stage whose gate declared it (carried)
-
-
-class GateConfig(Strict):
-    targets: list[GateTarget] = []
-    # Capabilities (`<suite>/<metric>`, or {metric, max_drop}) that must not regress against the parent.
-    regression: list[str | RegressionCheck] = []
-    # By default a gate also checks every capability an earlier stage's gate checked; opt out by
-    # metric, with the reason (recorded in the verdict).
-    carry_forward: bool = True
-    opt_out: dict[str, str] = {}
-    # A student against its teacher: carried capabilities as ratios student / teacher >= this.
-    carry_ratio: float | None = Field(None, gt=0, le=1)
-
-    @field_validator("opt_out")
-    @classmethod
-    def _reasons(cls, value: dict[str, str]) -> dict[str, str]:
-        empty = [m for m, reason in value.items() if not str(reason).strip()]
-        if empty:
-            raise ValueError(f"opting out of {', '.join(empty)} needs a reason")
-        return value
-
-    def regression_checks(self, default_max_drop: float) -> list[RegressionCheck]:
-        checks = [RegressionCheck(metric=c) if isinstance(c, str) else c for c in self.regression]
-        return [c if c.max_drop is not None else c.model_copy(update={"max_drop": default_max_drop}) for c in checks]
-
-    def metrics(self) -> list[tuple[str, str]]:
-        """(where in the gate, metric) of every metric it names."""
-        return [*((f"targets[{i}]", t.metric) for i, t in enumerate(self.targets)),
-                *((f"regression[{i}]", c if isinstance(c, str) else c.metric) for i, c in enumerate(self.regression)),
-                *((f"opt_out.{m}", m) for m in self.opt_out)]
-
-
-class GatesConfig(Strict):
-    """What every gate shares: the family-wise error of its regression checks (Holm-Bonferroni)
-    and the tolerance of a regression check that declares none."""
-
-    alpha: float = Field(0.05, gt=0, lt=0.5)
-    max_drop: float = Field(0.0, ge=0, le=1)
+# Gates: posttrain/gate_config.py (re-exported here).
 
 
 # ---------------------------------------------------------------- stages
@@ -287,7 +237,7 @@ class ReasoningRLConfig(Strict):
         return self
 
 
-class RejectionSamplingConfig(Strict):
+class RejectionSamplingConfig(GenerationEngine):
     """Samples the `rejection_prompts` data role and keeps verified answers."""
 
     samples_per_prompt: int = Field(4, ge=1)
@@ -334,8 +284,9 @@ class GeneralRLConfig(Strict):
         return self
 
 
-class DistillationStageConfig(Strict):
-    """The teacher answers the `distillation_prompts` data role; the student learns its verified answers."""
+class DistillationStageConfig(GenerationEngine):
+    """The teacher answers the `distillation_prompts` data role; the student learns its verified answers.
+    `backend` writes the teacher's answers; the on-policy phase samples through TRL."""
 
     max_new_tokens: int = Field(160, ge=8)
     verified_only: bool = True  # train only on teacher responses the verifiers accept
@@ -371,14 +322,49 @@ class SandboxConfig(Strict):
     unsafe_allow_unisolated: bool = False
 
 
+def registry_server(location: str) -> str | None:
+    """The MLflow tracking server `paths.registry` names (`http(s)://host[:port][/prefix]`), or None
+    when it is a folder. Any other scheme is refused: the folder's SQLite store and a server are the
+    two registries this pipeline knows. Credentials stay out of the URI (configs are hashed into the
+    lineage and copied into reports); MLflow reads them from MLFLOW_TRACKING_TOKEN or
+    MLFLOW_TRACKING_USERNAME/PASSWORD."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(location)
+    if not parts.scheme or len(parts.scheme) == 1:  # a path (a one-letter "scheme" is a drive)
+        return None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{location!r} is neither a folder nor an MLflow tracking server: scheme "
+                         f"{parts.scheme!r} is not supported (a server is http://host:port or https://...; "
+                         "a folder holds the SQLite store mlflow.db)")
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError(f"{location!r}: the port is not a number in 0-65535") from None
+    if not parts.hostname:
+        raise ValueError(f"{location!r} names no host (write http://host:port)")
+    if parts.username or parts.password:
+        raise ValueError("no credentials in the registry URI (configs are recorded): set MLFLOW_TRACKING_TOKEN "
+                         "or MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD in the environment")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{location!r}: an MLflow server URI takes no query or fragment")
+    return location.rstrip("/")
+
+
 class PathsConfig(Strict):
     """Relative paths resolve against the directory that holds the config's project (see `root`)."""
 
     world: str = Field("data", min_length=1)
     runs: str = Field("runs", min_length=1)
+    # A folder (its SQLite store, mlflow.db) or an MLflow tracking server, http://host:port (`make mlflow`)
     registry: str = Field("runs/registry", min_length=1)
     data_store: str = Field("runs/data-store", min_length=1)
     dvc_remote: str = Field("runs/dvc-remote", min_length=1)
+
+    @field_validator("registry")
+    @classmethod
+    def _registry_location(cls, value: str) -> str:
+        return registry_server(value) or value
 
 
 class PipelineConfig(Strict):
@@ -398,6 +384,20 @@ class PipelineConfig(Strict):
         p = Path(relative)
         return p if p.is_absolute() else (Path(self.root) / p).absolute()
 
+    def budget_curve_suite(self) -> str | None:
+        """The suite the thinking-budget curve is measured on: the configured one, or the first
+        math suite in think mode."""
+        curve = self.evaluation.budget_curve
+        if curve.suite is not None:
+            return curve.suite
+        return next((s.name for s in self.data.suites() if s.kind == "math" and s.mode == "think"), None)
+
+    def budget_curve_for(self, label: str) -> bool:
+        """Whether the evaluation of `label` (a stage name or `base`) measures the curve."""
+        curve = self.evaluation.budget_curve
+        return (curve.enabled and self.budget_curve_suite() is not None and label in STAGES
+                and STAGES.index(label) >= STAGES.index(curve.from_stage))
+
     def stage(self, name: str) -> BaseModel:
         return getattr(self.stages, name)
 
@@ -410,6 +410,19 @@ class PipelineConfig(Strict):
         for source in sources:
             if source.path and source.path.startswith("{paths.world}"):
                 source.path = self.paths.world + source.path.removeprefix("{paths.world}")
+        return self
+
+    @model_validator(mode="after")
+    def _budget_curve_suite_exists(self):
+        curve = self.evaluation.budget_curve
+        if curve.from_stage not in STAGES:
+            raise ValueError(f"evaluation.budget_curve.from_stage: {curve.from_stage!r} is not a stage "
+                             f"({', '.join(STAGES)})")
+        if curve.suite is not None:
+            suite = next((s for s in self.data.suites() if s.name == curve.suite), None)
+            if suite is None or suite.kind != "math" or suite.mode != "think":
+                raise ValueError(f"evaluation.budget_curve.suite: {curve.suite!r} is not a math suite in think mode "
+                                 f"(suites: {', '.join(f'{s.name} ({s.kind}, {s.mode})' for s in self.data.suites())})")
         return self
 
     @model_validator(mode="after")
@@ -430,6 +443,12 @@ class PipelineConfig(Strict):
                 elif "/" in metric and METRIC_TABLE.get(short) and METRIC_TABLE[short].higher_is_better is None:
                     problems.append(f"stages.{name}.gate.{where}: {metric!r} is descriptive and cannot be gated")
             for i, target in enumerate(gate.targets):
+                if target.curve is not None and not self.budget_curve_for(name):
+                    curve = self.evaluation.budget_curve
+                    problems.append(
+                        f"stages.{name}.gate.targets[{i}]: a curve target needs the thinking-budget curve of suite "
+                        f"{target.metric!r} in {name}'s evaluation (evaluation.budget_curve: enabled "
+                        f"{curve.enabled}, suite {self.budget_curve_suite()!r}, from_stage {curve.from_stage})")
                 for ref in target.references():
                     if ref not in earlier:
                         problems.append(f"stages.{name}.gate.targets[{i}]: {ref!r} is not a stage before {name} "

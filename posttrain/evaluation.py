@@ -12,10 +12,9 @@ from pathlib import Path
 import torch
 
 from posttrain.chat import parse_response
-from posttrain.checkpoint import load_checkpoint
 from posttrain.config import EvalSuiteConfig, PipelineConfig
 from posttrain.dataio import read_jsonl
-from posttrain.generation import Generation, generate_replies
+from posttrain.generation import Generation, generate_replies, load_generator, release
 from posttrain.metrics import PER_LANGUAGE, suite_metrics
 from posttrain.rewards import verify_row
 from posttrain.rewards.format import format_ok, mode_ok
@@ -86,12 +85,24 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
 
 
 def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, suites: dict[str, DatasetRef] | None = None,
-             model=None, tokenizer=None, desc: str = "evaluating") -> EvalResult:
+             model=None, tokenizer=None, desc: str = "evaluating", budget_curve: bool = False) -> EvalResult:
+    """The checkpoint on every suite; with `budget_curve`, also the thinking-budget curve
+    (evaluation.budget_curve: the stages from mode fusion on)."""
     torch.set_num_threads(cfg.evaluation.threads)
     settings = cfg.base.settings()
-    if model is None:
-        model, tokenizer = load_checkpoint(checkpoint, for_training=False, settings=settings)
     rows = suite_rows(cfg, suites)
+    if model is not None:
+        return _evaluate(model, tokenizer, cfg, rows, desc, budget_curve)
+    model, tokenizer = load_generator(checkpoint, settings, cfg.evaluation)
+    try:
+        return _evaluate(model, tokenizer, cfg, rows, desc, budget_curve)
+    finally:
+        release(model)
+
+
+def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]], desc: str,
+              budget_curve: bool = False) -> EvalResult:
+    settings = cfg.base.settings()
     configs = cfg.data.suites()
     options = dict(max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size)
 
@@ -119,8 +130,61 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, sui
         per_item.update(suite_items)
         samples += [{"suite": s.name, "question": r["prompt"][-1]["content"], "response": g[0].text}
                     for r, g in list(zip(rows[s.name], generations[s.name]))[:2]]
+    suite_name = cfg.budget_curve_suite()
+    if budget_curve and suite_name is not None:
+        curve_metrics, curve_items = thinking_budget_curve(model, tokenizer, cfg, rows[suite_name],
+                                                           generations[suite_name], suite_name, desc)
+        metrics.update(curve_metrics)
+        per_item.update(curve_items)
     return EvalResult(metrics=metrics, per_item=per_item, samples=samples,
                       items={s.name: len(rows[s.name]) for s in configs})
+
+
+def think_length(tokenizer, text: str) -> int | None:
+    """Tokens of a reply's think block, or None when it has no closed one."""
+    reasoning = parse_response(text).reasoning
+    return None if reasoning is None else len(tokenizer(reasoning, add_special_tokens=False)["input_ids"])
+
+
+def budget_points(lengths: list[int], quantiles: list[float]) -> dict[str, int]:
+    """Budgets at quantiles (nearest rank) of the measured think lengths, labelled q<percent>, and 0."""
+    ordered = sorted(lengths)
+    if not ordered:
+        return {"0": 0}
+    return {"0": 0, **{f"q{round(q * 100)}": max(1, ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+                       for q in quantiles}}
+
+
+def thinking_budget_curve(model, tokenizer, cfg: PipelineConfig, rows: list[dict], plain: list[list[Generation]],
+                          suite: str, desc: str) -> tuple[dict, dict]:
+    """Accuracy of the suite's first `items` items at each thinking budget (greedy): budget 0, the
+    quantiles of this checkpoint's think length, and unlimited (the suite's plain replies), with
+    the share of replies the budget cut. A budgeted reply gets the inserted sentence's tokens on
+    top of the evaluation's token budget, so the insertion does not eat the answer's room."""
+    from posttrain.generation import ThinkingBudget
+
+    curve, chat = cfg.evaluation.budget_curve, cfg.base.settings().chat
+    rows, plain = rows[:curve.items], plain[:curve.items]
+    closed = [n for gens in plain for g in gens if not g.truncated and (n := think_length(tokenizer, g.text)) is not None]
+    metrics = {f"{suite}/think_tokens": _mean([float(n) for n in closed])}
+    per_item = {f"{suite}/budget_unlimited/accuracy": [_mean([0.0 if g.truncated else verify_row(g.text, r)[0]
+                                                               for g in gens]) for r, gens in zip(rows, plain)]}
+    metrics[f"{suite}/budget_unlimited/accuracy"] = _mean(per_item[f"{suite}/budget_unlimited/accuracy"])
+    metrics[f"{suite}/budget_unlimited/tokens"] = float(cfg.evaluation.max_new_tokens)
+    for label, tokens in budget_points(closed, curve.quantiles).items():
+        budget = ThinkingBudget(tokens=tokens, sentence=chat.stop_thinking, think_open=chat.think_open,
+                                think_close=chat.think_close)
+        room = len(tokenizer(budget.inserted(), add_special_tokens=False)["input_ids"])
+        replies = generate_replies(model, tokenizer, chat, [(r["prompt"], True) for r in rows],
+                                   max_new_tokens=cfg.evaluation.max_new_tokens + room,
+                                   batch_size=cfg.evaluation.batch_size, thinking_budget=budget,
+                                   desc=f"{desc} (thinking budget {tokens})")
+        name = f"{suite}/budget_{label}"
+        per_item[f"{name}/accuracy"] = [0.0 if g.truncated else verify_row(g.text, r)[0] for r, (g,) in zip(rows, replies)]
+        metrics[f"{name}/accuracy"] = _mean(per_item[f"{name}/accuracy"])
+        metrics[f"{name}/tokens"] = float(tokens)
+        metrics[f"{name}/cut"] = _mean([float(g.budget_cut) for (g,) in replies])
+    return metrics, per_item
 
 
 def by_field(rows: list[dict], scores: list[float], field: str) -> dict[str, float]:

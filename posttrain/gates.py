@@ -82,8 +82,47 @@ def _resolve(ref: str, stage: str, parent: str, evals: dict[str, EvalResult]) ->
     return name, evals[name]
 
 
+def budget_curve(evaluation: EvalResult, suite: str) -> list[tuple[str, float]]:
+    """(label, budget tokens) of the suite's thinking-budget curve, by budget, unlimited last."""
+    prefix = f"{suite}/budget_"
+    points = [(name[len(prefix):-len("/tokens")], value) for name, value in evaluation.metrics.items()
+              if name.startswith(prefix) and name.endswith("/tokens")]
+    return sorted(points, key=lambda p: (p[0] == "unlimited", p[1]))
+
+
+def _curve(target: GateTarget, evaluation: EvalResult, confidence: float) -> GateCheck:
+    suite, items = target.metric, evaluation.per_item
+    points = budget_curve(evaluation, suite)
+    name = f"{suite} thinking-budget curve: {target.curve.replace('_', ' ')}"
+    if len(points) < 2 or points[-1][0] != "unlimited":
+        return GateCheck(name=name, value=None, threshold=None, passed=False,
+                         detail=f"no thinking-budget curve for suite {suite!r} in this evaluation")
+    acc = {label: items[f"{suite}/budget_{label}/accuracy"] for label, _ in points}
+    shown = ", ".join(f"{label} ({tokens:.0f}): {sum(acc[label]) / len(acc[label]):.3f}" for label, tokens in points)
+    if target.curve == "nondecreasing":   # the worst step up the budget: its upper bound must reach 0
+        steps = [(lo, hi, *paired_interval(acc[hi], acc[lo], confidence)) for (lo, _), (hi, _) in zip(points, points[1:])]
+        lo, hi, mean, low, high = min(steps, key=lambda s: s[4])
+        return GateCheck(name=name, value=high, threshold=0.0, passed=high >= 0,
+                         detail=f"{shown}; worst step {lo} -> {hi}: diff {mean:+.3f} CI [{low:+.3f}, {high:+.3f}]")
+    if target.curve == "dial":            # the smallest nonzero budget significantly below unlimited
+        smallest = next((label for label, tokens in points if tokens > 0 and label != "unlimited"), None)
+        if smallest is None:
+            return GateCheck(name=name, value=None, threshold=0.0, passed=False, detail=f"{shown}; no nonzero budget")
+        mean, low, high = paired_interval(acc[smallest], acc["unlimited"], confidence)
+        return GateCheck(name=name, value=high, threshold=0.0, passed=high < 0,
+                         detail=f"{shown}; {smallest} - unlimited: diff {mean:+.3f} CI [{low:+.3f}, {high:+.3f}]")
+    plain = items.get(f"{suite}/accuracy", [])[:len(acc["unlimited"])]
+    if len(plain) != len(acc["unlimited"]):
+        return GateCheck(name=name, value=None, threshold=0.0, passed=False, detail=f"no {suite}/accuracy items")
+    mean, low, high = paired_interval(acc["unlimited"], plain, confidence)
+    return GateCheck(name=name, value=high, threshold=0.0, passed=high >= 0,
+                     detail=f"{shown}; unlimited - plain {suite}: diff {mean:+.3f} CI [{low:+.3f}, {high:+.3f}]")
+
+
 def _check(target: GateTarget, stage: str, parent: str, evaluation: EvalResult,
            stage_metrics: dict[str, float], evals: dict[str, EvalResult], confidence: float) -> GateCheck:
+    if target.curve is not None:
+        return _curve(target, evaluation, confidence)
     if target.metric.startswith("stage."):
         key = target.metric.removeprefix("stage.")
         value = stage_metrics.get(key)

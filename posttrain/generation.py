@@ -10,11 +10,17 @@ processors `generate` would build from it. Where one of them keeps per-row state
 penalty, an n-gram ban: rows cannot leave the batch under it), the batch goes to `model.generate`.
 Greedy replies are token for token those of `model.generate`; measured in
 bench/results/generation.md (bench/generation.py).
+
+On a GPU the same `generate` can run on vLLM's offline engine instead (`backend: vllm`,
+`load_generator`): the call's options become vLLM's sampling parameters, and a thinking budget is
+applied in rounds (think up to the budget, insert the stop-thinking sentence, answer).
 """
 from __future__ import annotations
 
+import gc
 import inspect
-from dataclasses import dataclass, replace
+import random
+from dataclasses import dataclass, field, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -118,7 +124,12 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
              num_samples: int = 1, seed: int = 0, desc: str = "generating",
              thinking_budget: ThinkingBudget | None = None) -> list[list[Generation]]:
     """Return, for each prompt, `num_samples` generations (greedy when do_sample is False).
-    Sampling draws from its own generator seeded with `seed`: the global RNG is left alone."""
+    Sampling draws from its own generator seeded with `seed`: the global RNG is left alone.
+    `model` may be a VLLMEngine (`load_generator`, backend vllm); `batch_size` is then vLLM's to choose."""
+    if isinstance(model, VLLMEngine):
+        return model.generate(tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              temperature=temperature, top_p=top_p, num_samples=num_samples, seed=seed,
+                              thinking_budget=thinking_budget)
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"  # batched decoding continues every row from its last prompt token
@@ -233,7 +244,10 @@ def _transformers_generate(model, input_ids: torch.Tensor, attention_mask: torch
 def _stop_ids(model, tokenizer) -> set[int]:
     """The tokenizer's eos and any the model's generation config lists (Qwen3 chat models end a turn
     with <|im_end|> and a document with <|endoftext|>)."""
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return _stop_ids_of(getattr(getattr(model, "generation_config", None), "eos_token_id", None), tokenizer)
+
+
+def _stop_ids_of(configured, tokenizer) -> set[int]:
     configured = configured if isinstance(configured, list) else [configured]
     return {t for t in [tokenizer.eos_token_id, *configured] if t is not None}
 
@@ -277,3 +291,217 @@ def _preallocated_cache(model, capacity: int) -> Cache:
         return Cache(layer_class_to_replicate=lambda: _PreallocatedLayer(capacity))
     cache.layers = [_PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache
+
+
+# ----------------------------------------------------------------------------- vLLM backend
+
+_VLLM_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# Generation-config settings the hf path applies and vLLM's sampler has no equivalent for, with
+# their neutral values: a checkpoint that sets one would be sampled differently, so it is refused.
+_VLLM_UNSUPPORTED = {
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0), "suppress_tokens": (None, []),
+    "begin_suppress_tokens": (None, []), "bad_words_ids": (None, []), "sequence_bias": (None, {}),
+    "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0),
+    "encoder_repetition_penalty": (None, 1.0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
+    "min_length": (None, 0), "min_new_tokens": (None, 0), "exponential_decay_length_penalty": (None,),
+}
+
+
+def vllm_sampling_kwargs(*, max_tokens: int, do_sample: bool, temperature: float, top_p: float, seed: int,
+                         stop_ids: set[int], model_defaults: dict | None = None) -> dict:
+    """vLLM `SamplingParams` arguments for one request, picking tokens as the hf path does: the call's
+    options over the checkpoint's generation config, top-k off (the hf path passes top_k=None),
+    greedy as temperature 0, the checkpoint's repetition penalty always and its min-p when sampling."""
+    defaults = model_defaults or {}
+    unsupported = [f"{name}={defaults[name]!r}" for name, neutral in _VLLM_UNSUPPORTED.items()
+                   if defaults.get(name) not in neutral]
+    if unsupported:
+        raise ValueError(f"the checkpoint's generation config sets {', '.join(unsupported)}, which vLLM's sampler "
+                         "cannot apply: generate with backend hf, or remove it from generation_config.json")
+    kwargs = dict(n=1, max_tokens=max_tokens, stop_token_ids=sorted(stop_ids), seed=seed, top_k=0,
+                  temperature=float(temperature) if do_sample else 0.0, top_p=float(top_p) if do_sample else 1.0)
+    if defaults.get("repetition_penalty") not in (None, 1.0):
+        kwargs["repetition_penalty"] = float(defaults["repetition_penalty"])
+    if do_sample and defaults.get("min_p") not in (None, 0.0):
+        kwargs["min_p"] = float(defaults["min_p"])
+    return kwargs
+
+
+@dataclass
+class _Row:
+    """One reply being written in rounds: its prompt, what it has so far, where it is in its think block."""
+
+    prompt: list[int]
+    seed: int
+    state: int = _BudgetTracker.DONE
+    tokens: list[int] = field(default_factory=list)
+    thought: int = 0        # tokens inside the think block so far
+    cut: bool = False
+    finished: bool = False
+
+
+def engine_generate(engine, make_params, prompts_ids: list[list[int]], *, stop_ids: set[int], max_new_tokens: int,
+                    do_sample: bool, temperature: float, top_p: float, num_samples: int, seed: int,
+                    budget: _BudgetTracker | None = None, model_defaults: dict | None = None) -> list[list[_Row]]:
+    """Each prompt's `num_samples` replies from an engine that continues token ids (`engine.generate`
+    with vLLM's signature; `make_params` builds its sampling parameters). Every reply is its own
+    request with its own seed, drawn from `seed`, so a reply does not depend on what it is batched with.
+
+    With a thinking budget a reply is written in up to three rounds, the way Qwen3's budget is
+    applied with vLLM, with the hf path's bookkeeping (`_BudgetTracker`): before its think block it
+    stops at the open marker; inside, it may write `budget` more tokens and stops at the close marker;
+    a block the budget ended gets the stop-thinking sentence and the close marker; then it answers
+    with the tokens left of `max_new_tokens`."""
+    rng = random.Random(seed)
+    rows = [_Row(prompt=list(ids), seed=rng.getrandbits(62),
+                 state=budget.state[i] if budget is not None else _BudgetTracker.DONE)
+            for i, ids in enumerate(prompts_ids) for _ in range(num_samples)]
+    if budget is not None and (len(budget.open) != 1 or len(budget.close) != 1):
+        raise ValueError("a thinking budget on backend vllm needs the think markers to be single tokens (vLLM stops "
+                         f"on token ids); this tokenizer splits them into {budget.open} and {budget.close}")
+    open_id = budget.open[0] if budget is not None else None
+    close_id = budget.close[0] if budget is not None else None
+    for row in rows:
+        row.cut = row.state == _BudgetTracker.THINKING and row.thought >= budget.budget
+    for round_ in range(3):  # before the think block, inside it, the answer: each row moves on or ends
+        for row in rows:
+            if not row.finished and row.state == _BudgetTracker.THINKING and row.thought >= budget.budget:
+                row.tokens += budget.forced_ids[:max_new_tokens - len(row.tokens)]
+                row.cut, row.state = True, _BudgetTracker.DONE
+                row.finished = len(row.tokens) >= max_new_tokens
+        active = [row for row in rows if not row.finished]
+        if not active:
+            break
+        requests, params, limits = [], [], []
+        for row in active:
+            left = max_new_tokens - len(row.tokens)
+            limit, stop = left, set(stop_ids)
+            if row.state == _BudgetTracker.BEFORE:
+                stop.add(open_id)
+            elif row.state == _BudgetTracker.THINKING:
+                limit = min(left, budget.budget - row.thought)
+                stop.add(close_id)
+            requests.append({"prompt_token_ids": row.prompt + row.tokens})
+            params.append(make_params(**vllm_sampling_kwargs(
+                max_tokens=limit, do_sample=do_sample, temperature=temperature, top_p=top_p,
+                seed=(row.seed + round_) % 2**62, stop_ids=stop, model_defaults=model_defaults)))
+            limits.append(limit)
+        outputs = engine.generate(requests, params, use_tqdm=False)
+        for row, output, limit in zip(active, outputs, limits, strict=True):
+            new = list(output.outputs[0].token_ids)
+            row.tokens += new
+            last = new[-1] if new else None
+            marker = None
+            if row.state == _BudgetTracker.BEFORE and last == open_id:
+                marker, row.state = open_id, _BudgetTracker.THINKING
+            elif row.state == _BudgetTracker.THINKING:
+                # as on the hf path every token of the block but the close marker counts, the end too
+                if last == close_id:
+                    marker, row.state = close_id, _BudgetTracker.DONE
+                row.thought += len(new) - (last == close_id)
+            if row.state == _BudgetTracker.THINKING and row.thought >= budget.budget:
+                row.cut = True   # the budget is spent: the next round inserts the sentence, if tokens are left
+            stopped_short = len(new) < limit and last not in stop_ids and last != marker
+            row.finished = last in stop_ids or len(row.tokens) >= max_new_tokens or not new or stopped_short
+    if any(not row.finished for row in rows):
+        raise RuntimeError("a reply was still being written after its three rounds")
+    return [rows[i * num_samples:(i + 1) * num_samples] for i in range(len(prompts_ids))]
+
+
+class VLLMEngine:
+    """vLLM's offline engine over one checkpoint (backend vllm); `generate` dispatches to it. Built
+    by `load`; the constructor takes the engine and its parameter class as they are, so the rounds
+    above can be driven by any object with vLLM's `generate`."""
+
+    def __init__(self, llm, make_params, *, stop_ids: set[int], model_defaults: dict, location: str,
+                 trust_remote_code: bool = False):
+        self.llm, self.make_params, self.stop_ids = llm, make_params, stop_ids
+        self.model_defaults, self.location, self.trust_remote_code = model_defaults, location, trust_remote_code
+
+    @classmethod
+    def load(cls, checkpoint, settings, engine, seed: int = 0) -> tuple["VLLMEngine", object]:
+        """(engine, tokenizer) over a checkpoint: the model in vLLM with the configured precision and
+        GPU share, the tokenizer as `load_checkpoint` prepares it (vLLM picks its own attention kernels)."""
+        import vllm
+        from transformers import AutoTokenizer, GenerationConfig
+
+        from posttrain.checkpoint import checkpoint_location, prepare_for_chat
+
+        location = checkpoint_location(checkpoint)
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
+        prepare_for_chat(None, tokenizer, settings.chat, location)
+        try:
+            generation_config = GenerationConfig.from_pretrained(location).to_dict()
+        except OSError:   # no generation_config.json: the model config's eos is vLLM's too
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
+            generation_config = {"eos_token_id": getattr(config, "eos_token_id", None)}
+        llm = vllm.LLM(model=location, tokenizer=location, dtype=_VLLM_DTYPES[settings.dtype], seed=seed,
+                       gpu_memory_utilization=engine.vllm_gpu_memory_utilization,
+                       tensor_parallel_size=engine.vllm_tensor_parallel_size,
+                       trust_remote_code=settings.trust_remote_code)
+        return cls(llm, vllm.SamplingParams, stop_ids=_stop_ids_of(generation_config.get("eos_token_id"), tokenizer),
+                   model_defaults=generation_config, location=location,
+                   trust_remote_code=settings.trust_remote_code), tokenizer
+
+    def generate(self, tokenizer, prompts: list[str], *, max_new_tokens: int, do_sample: bool = False,
+                 temperature: float = 1.0, top_p: float = 1.0, num_samples: int = 1, seed: int = 0,
+                 thinking_budget: ThinkingBudget | None = None) -> list[list[Generation]]:
+        if self.llm is None:
+            raise RuntimeError(f"the vLLM engine over {self.location} was closed")
+        prompts_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        budget = _BudgetTracker(thinking_budget, tokenizer, prompts_ids) if thinking_budget is not None else None
+        replies = engine_generate(self.llm, self.make_params, prompts_ids, stop_ids=self.stop_ids,
+                                  max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                                  top_p=top_p, num_samples=num_samples, seed=seed, budget=budget,
+                                  model_defaults=self.model_defaults)
+        return [[Generation(tokenizer.decode([t for t in row.tokens if t != tokenizer.pad_token_id],
+                                             skip_special_tokens=True),
+                            len(row.tokens), not (row.tokens and row.tokens[-1] in self.stop_ids), row.cut)
+                 for row in rows] for rows in replies]
+
+    def num_parameters(self) -> int:
+        """The model's parameter count, from its config alone (vLLM holds the weights)."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(self.location, trust_remote_code=self.trust_remote_code)
+        with torch.device("meta"):   # shapes only; tied weights stay tied, so they count once
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=self.trust_remote_code)
+        return model.num_parameters()
+
+    def close(self) -> None:
+        """Shut the engine down and hand its GPU memory back, for the stage's next model."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if hasattr(core, "shutdown"):
+            core.shutdown()
+        del llm
+        try:
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        except ImportError:
+            pass
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def load_generator(checkpoint, settings, engine, seed: int = 0):
+    """(model, tokenizer) for `generate` from a checkpoint: the transformers model (`engine.backend`
+    hf) or vLLM's engine over it (vllm). `engine`: a config with `backend` (config.GenerationEngine)."""
+    if engine.backend == "vllm":
+        return VLLMEngine.load(checkpoint, settings, engine, seed)
+    from posttrain.checkpoint import load_checkpoint
+
+    return load_checkpoint(checkpoint, for_training=False, settings=settings)
+
+
+def release(model) -> None:
+    """Free what `load_generator` loaded: vLLM's engine holds GPU memory until it is shut down."""
+    if isinstance(model, VLLMEngine):
+        model.close()

@@ -10,6 +10,10 @@ recorded in ``<registry root>/production_history.jsonl``, one JSON object per li
 ``actor`` is who moved it, as the caller names it (``user@host`` from the CLI, ``flow-run:<id>`` from
 a served flow); ``overridden`` lists the refusal reasons a forced move went past.  Several registered
 models may share one registry root: every entry names its ``model`` and readers keep only their own.
+With a registry server (``paths.registry: http://...``) the root is still this machine's folder
+(``<paths.runs>/registry``), so ``production_owner-<model>.json`` names the registered model the
+history belongs to (its creation time and URI): a history is never replayed onto another server's
+model of the same name.
 
 **The history is the source of truth; the alias is a projection of it.**  A move is *committed*
 when its history line is durably on disk, never before.
@@ -107,6 +111,11 @@ def history_path(registry: Registry) -> Path:
 def intent_path(registry: Registry) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]", "_", registry.model_name)
     return registry.root / f"production_intent-{slug}.json"
+
+
+def owner_path(registry: Registry) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", registry.model_name)
+    return registry.root / f"production_owner-{slug}.json"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -311,6 +320,7 @@ def _reconcile(registry: Registry) -> list[str]:
             os.fsync(f.fileno())
         notes.append(f"dropped a torn (uncommitted) last line of {path.name}")
     mine = [e for e in entries if e.get("model") == registry.model_name]
+    _check_owner(registry, bool(mine))
     target = mine[-1]["to"] if mine else None
     ipath = intent_path(registry)
     intent = None
@@ -339,6 +349,27 @@ def _reconcile(registry: Registry) -> list[str]:
     for note in notes:
         log.warning("%s: %s", registry.model_name, note)
     return notes
+
+
+def _check_owner(registry: Registry, has_history: bool) -> None:
+    """The history in this folder is that of one registered model: the one it was first written for
+    (known by its creation time, the same through a server or the SQLite file it serves). A
+    `paths.registry` pointed at another server with a model of the same name must not have this
+    history replayed onto its aliases. Lock must be held."""
+    created = registry.created_ms()
+    path = owner_path(registry)
+    try:
+        owner = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        owner = None
+    if has_history and owner is not None and owner.get("created_ms") != created:
+        raise PromotionError(
+            f"{history_path(registry)} records the production moves of the {registry.model_name} registered at "
+            f"{owner.get('uri')}, not of the one at {registry.uri} (paths.registry): set paths.registry back, or move "
+            f"{history_path(registry).name} and {path.name} away to start this registry's history")
+    if owner is None or not has_history:
+        _write_atomic(path, json.dumps({"model": registry.model_name, "created_ms": created,
+                                        "uri": registry.uri}, sort_keys=True).encode())
 
 
 def reconcile(registry: Registry, *, timeout: float | None = None) -> list[str]:

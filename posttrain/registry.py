@@ -1,39 +1,54 @@
-"""Checkpoint registry: an MLflow Model Registry on a local SQLite store.
+"""Checkpoint registry: an MLflow Model Registry, on a local SQLite store or behind an MLflow
+tracking server (``paths.registry: http://host:port``, e.g. ``make mlflow``).
 
-Layout under ``root``::
+Layout under ``root`` (a folder on this machine in both cases)::
 
-    mlflow.db      tracking + model-registry store (sqlite:///<root>/mlflow.db)
+    mlflow.db      tracking + model-registry store (sqlite:///<root>/mlflow.db); not used with a server
     artifacts/     artifact root of the training-run experiment (nothing large is written here)
+    *.lock, production_history.jsonl   this machine's locks and the promotion history (posttrain.promotion)
 
 Every checkpoint a stage writes becomes one *model version* of the registered model
-``model_name``.  The version's ``source`` is the checkpoint directory itself, as a plain absolute
-path: the weights are never copied.  MLflow 3.17 accepts any string as ``source`` when the client
-talks to a SQL store directly (``SqlAlchemyStore.create_model_version`` only resolves ``models:/``
-URIs; source validation lives in the REST server's handler).  Behind ``mlflow server`` a bare local
-path would be rejected unless it lies inside the artifact directory of the ``run_id`` given with it,
-so this module deliberately talks to the SQLite file directly and never through a server.
+``model_name``; the weights are never copied.  :meth:`Registry.get` returns the checkpoint directory
+as ``source`` with either backend; MLflow's own ``source`` differs, because MLflow validates it only
+in the REST server's handler:
+
+* SQLite store: the checkpoint directory itself, a plain absolute path (``SqlAlchemyStore`` accepts
+  any string; it only resolves ``models:/`` URIs).
+* server: MLflow 3.17's ``_validate_source_run`` rejects a bare local path unless it lies inside the
+  artifact directory of the ``run_id`` sent with it.  So a small pointer, ``checkpoint.json`` (path,
+  digest, stage, parameters), is logged as an artifact of the stage's run and the version's source
+  is that artifact folder (``<run artifact uri>/checkpoints/<digest>``), which the server accepts as
+  lying within the run; the checkpoint directory is the version's ``checkpoint_path`` tag.  A version
+  registered without a run gets a run of its own for the pointer.
 
 Lineage lives in model-version tags (stage, digest, flow_run, parent_version, dataset versions,
 config_hash, code_revision, verifier versions, ...).  Gate outcomes are tags too (``gate``,
 ``gate_checks``, ``status=rejected``), and the registry alias ``candidate-<stage>`` points at the
 newest version of that stage that passed its gate.
 
-Offline: MLflow telemetry is switched off before mlflow is imported (and reset if some other module
-imported mlflow first); only ``sqlite:`` URIs are ever handed to the client.  Nothing here touches
-the process-wide fluent API (``mlflow.set_tracking_uri``/``mlflow.start_run``), so a Registry never
-changes what other code logs to.
+Training runs: :meth:`Registry.start_training` opens the stage's run before the stage starts, and
+the stage's trainers log to it at every logging step (posttrain.live_metrics), so a long stage is
+watched while it runs; the flow closes it when the stage returns (or fails).
 
-Concurrency: not thread/process safe yet.  Every mutation runs inside :meth:`Registry._mutation`, a
-no-op context manager today; a later issue can make it take a file lock (promote/rollback) without
-touching the callers.
+Offline: MLflow telemetry is switched off before mlflow is imported (and reset if some other module
+imported mlflow first); the client is handed only ``sqlite:`` URIs or the configured server.
+Nothing here touches the process-wide fluent API (``mlflow.set_tracking_uri``/``mlflow.start_run``),
+so a Registry never changes what other code logs to.
+
+Concurrency: every mutation runs inside :meth:`Registry._mutation`, an exclusive lock on a file in
+``root``: it orders the processes of one machine.  Behind a server, writers on other machines are
+ordered by the server's store only (a version's look-up and creation are not atomic across machines).
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
+import urllib.request
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -43,6 +58,9 @@ from typing import Any
 # fetches a remote config in a background thread) at import time.  Forced, not setdefault: this
 # pipeline never lets MLflow reach the network.
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+# MLflow prints "View run ... at <url>" to stdout whenever a run on a server ends; the flow logs
+# each stage's run link itself (Registry.run_url).
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 with warnings.catch_warnings():
     # mlflow's SQL store module calls sqlalchemy.orm.configure_mappers() at import time, which
@@ -51,11 +69,11 @@ with warnings.catch_warnings():
     import mlflow.store.model_registry.sqlalchemy_store  # noqa: E402, F401
     import mlflow.store.tracking.sqlalchemy_store  # noqa: E402, F401
 
-from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from posttrain.schema import CheckpointRef, GateVerdict  # noqa: E402
+from posttrain.schema import CheckpointRef, GateVerdict, TrackingRef  # noqa: E402
 
 
 def _disable_telemetry() -> None:
@@ -75,6 +93,7 @@ for _name in ("mlflow.store.db.utils", "mlflow.store.model_registry.abstract_sto
 # MLflow's per-call limits for log_batch.
 _MAX_METRICS_PER_BATCH = 1000
 _MAX_PARAMS_PER_BATCH = 100
+_MAX_TAGS_PER_BATCH = 100
 _MAX_PARAM_VALUE = 6000
 
 GATE_PASSED = "passed"
@@ -94,16 +113,27 @@ def metric_name(key: Any) -> str:
     return "".join(c if c.isalnum() or c in "_-. :/" else f"_{spelled.get(c, 'x')}_" for c in str(key))
 
 
+class RegistryUnreachable(RuntimeError):
+    """The configured MLflow server does not answer."""
+
+
 class Registry:
     """Model versions (one per checkpoint) plus one MLflow run per stage execution."""
 
-    def __init__(self, root: Path, model_name: str = "posttrain"):
+    def __init__(self, root: Path, model_name: str = "posttrain", server: str | None = None):
+        """``root``: this machine's folder (the SQLite store without ``server``, locks and promotion
+        history either way); ``server``: an MLflow tracking server URI, http(s)://host:port."""
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.artifact_root = self.root / "artifacts"
-        self.artifact_root.mkdir(exist_ok=True)
         self.model_name = model_name
-        self.uri = f"sqlite:///{self.root / 'mlflow.db'}"
+        self.server = server.rstrip("/") if server else None
+        if self.server:
+            _check_server(self.server)
+            self.uri = self.server
+        else:
+            self.artifact_root.mkdir(exist_ok=True)
+            self.uri = f"sqlite:///{self.root / 'mlflow.db'}"
         # One client for the Registry's lifetime.  Building its stores runs MLflow's schema
         # check; on a new file the full alembic migration (~100 DDL commits: ~1 s on an idle
         # disk, several seconds when fsync is slow).  Done once here, not per call.
@@ -118,7 +148,14 @@ class Registry:
 
     @classmethod
     def for_config(cls, cfg) -> "Registry":
-        """The registry of a pipeline config: under `paths.registry`, model `posttrain-<name>`."""
+        """The registry of a pipeline config, model `posttrain-<name>`: the folder `paths.registry`,
+        or the server it names (this machine's locks and promotion history then stay in
+        `<paths.runs>/registry`, the folder `make mlflow` serves)."""
+        from posttrain.config import registry_server
+
+        server = registry_server(cfg.paths.registry)
+        if server:
+            return cls(cfg.path(cfg.paths.runs) / "registry", model_name=f"posttrain-{cfg.name}", server=server)
         return cls(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
 
     def _ensure_model(self) -> None:
@@ -173,9 +210,28 @@ class Registry:
         all_tags["digest"] = checkpoint.digest
         if checkpoint.num_parameters is not None:
             all_tags.setdefault("num_parameters", str(checkpoint.num_parameters))
-        mv = self.client.create_model_version(name=self.model_name, source=str(Path(checkpoint.path).expanduser().resolve()),
+        path = source = str(Path(checkpoint.path).expanduser().resolve())
+        if self.server:
+            all_tags["checkpoint_path"] = path
+            if run_id is None:  # the pointer needs a run to live in
+                run_id = self.client.create_run(self._experiment(), tags={"stage": stage, "kind": "registration"},
+                                                run_name=f"{stage}-registration").info.run_id
+                self.client.set_terminated(run_id, "FINISHED")
+            source = self._pointer(run_id, stage, checkpoint, path)
+        mv = self.client.create_model_version(name=self.model_name, source=source,
                                               run_id=run_id, tags=all_tags, await_creation_for=0)
         return str(mv.version)
+
+    def _pointer(self, run_id: str, stage: str, checkpoint: CheckpointRef, path: str) -> str:
+        """Log ``checkpoint.json`` (where the weights are) into the run; its folder's URI, the source
+        a server accepts for a version of that run."""
+        folder = "checkpoints/" + hashlib.sha256(checkpoint.digest.encode()).hexdigest()[:16]
+        pointer = {"path": path, "digest": checkpoint.digest, "stage": stage,
+                   "num_parameters": checkpoint.num_parameters}
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "checkpoint.json").write_text(json.dumps(pointer, indent=2, sort_keys=True))
+            self.client.log_artifact(run_id, str(Path(tmp) / "checkpoint.json"), folder)
+        return f"{self.client.get_run(run_id).info.artifact_uri.rstrip('/')}/{folder}"
 
     def register_once(self, stage: str, checkpoint: CheckpointRef, tags: Mapping[str, str],
                       run_id: str | None = None) -> tuple[str, bool]:
@@ -272,6 +328,10 @@ class Registry:
         out.sort(key=lambda d: int(d["version"]))
         return out
 
+    def created_ms(self) -> int:
+        """When the registered model was created: it tells two registries' models of one name apart."""
+        return int(self.client.get_registered_model(self.model_name).creation_timestamp)
+
     def alias(self, name: str) -> str | None:
         """Version number the alias points to, or None if the alias is not set."""
         aliases = self.client.get_registered_model(self.model_name).aliases or {}
@@ -313,16 +373,31 @@ class Registry:
         bools) are skipped, NaN/inf are kept (MLflow stores them).  Param values that are not
         strings are JSON-encoded and cut to MLflow's 6000-character limit.
         """
+        run_id = self.start_training(stage, tags).run_id
+        self.finish_training(run_id, params, metric_log)
+        return run_id
+
+    def start_training(self, stage: str, tags: Mapping[str, str]) -> TrackingRef:
+        """Open the run a stage trains in (RUNNING): the stage's trainers log to it live
+        (posttrain.live_metrics); :meth:`finish_training`, :meth:`end_training` or
+        :meth:`discard_training` closes it."""
         experiment_id = self._experiment()
         run_tags = {str(k): _tag_value(v) for k, v in tags.items()}
         run_tags["stage"] = stage
         with self._mutation():
             run = self.client.create_run(experiment_id, tags=run_tags, run_name=stage)
-            run_id = run.info.run_id
+        return TrackingRef(uri=self.uri, run_id=run.info.run_id)
+
+    def finish_training(self, run_id: str, params: Mapping[str, Any], metric_log: list[Mapping[str, Any]]) -> None:
+        """Log the stage's settings and mark the run FINISHED. ``metric_log`` (rows as in
+        :meth:`log_training`) is logged only if nothing reached the run live (a stage without a
+        trainer, or one whose live logging failed), so no curve is drawn twice."""
+        with self._mutation():
             try:
                 now = int(time.time() * 1000)
                 plist = [Param(str(k), _param_value(v)) for k, v in params.items()]
-                mlist = [
+                live = self.client.get_run(run_id).data.metrics
+                mlist = [] if live else [
                     Metric(metric_name(k), float(v), now, int(row["step"]))
                     for row in metric_log
                     for k, v in row.items()
@@ -336,7 +411,27 @@ class Registry:
                 self.client.set_terminated(run_id, "FAILED")
                 raise
             self.client.set_terminated(run_id, "FINISHED")
-        return run_id
+
+    def run_url(self, run_id: str) -> str | None:
+        """The run's page in the server's UI (None for the SQLite store, which has no UI of its own)."""
+        return f"{self.server}/#/experiments/{self._experiment()}/runs/{run_id}" if self.server else None
+
+    def end_training(self, run_id: str, status: str = "FAILED") -> None:
+        """Close a run whose stage did not return (``FAILED``, or ``KILLED``)."""
+        with self._mutation():
+            self.client.set_terminated(run_id, status)
+
+    def discard_training(self, run_id: str) -> None:
+        """Delete a run in which nothing trained (the stage came from the cache)."""
+        with self._mutation():
+            self.client.delete_run(run_id)
+
+    def tag_training(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Add tags (the registered version's lineage) to a training run."""
+        items = [RunTag(str(k), _tag_value(v)) for k, v in tags.items()]
+        with self._mutation():
+            for i in range(0, len(items), _MAX_TAGS_PER_BATCH):
+                self.client.log_batch(run_id, tags=items[i : i + _MAX_TAGS_PER_BATCH])
 
     def _experiment(self) -> str:
         if self._experiment_id is None:
@@ -344,9 +439,10 @@ class Registry:
             if exp is None:
                 with self._mutation():
                     try:
+                        # A server puts artifacts in its own root (served to every client).
                         self._experiment_id = self.client.create_experiment(
                             self.model_name,
-                            artifact_location=(self.artifact_root / self.model_name).as_uri(),
+                            artifact_location=None if self.server else (self.artifact_root / self.model_name).as_uri(),
                         )
                     except MlflowException as exc:  # created meanwhile by another Registry
                         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -359,12 +455,24 @@ class Registry:
         return self._experiment_id
 
 
+def _check_server(uri: str) -> None:
+    """Fail now, naming the setting, rather than in MLflow's retry loop minutes later."""
+    try:
+        with urllib.request.urlopen(f"{uri}/health", timeout=10) as response:
+            response.read()
+    except OSError as exc:
+        raise RegistryUnreachable(f"the registry server {uri} (paths.registry) does not answer ({exc}); "
+                                  "start one with `make mlflow`, or point paths.registry at a folder") from None
+
+
 def _version_dict(mv, aliases: list[str] | None = None) -> dict[str, Any]:
     tags = dict(mv.tags or {})
     return {
         "version": str(mv.version),
         "stage": tags.get("stage"),
-        "source": mv.source,
+        # the checkpoint directory; MLflow's own source (a pointer artifact behind a server) is model_source
+        "source": tags.get("checkpoint_path") or mv.source,
+        "model_source": mv.source,
         "run_id": mv.run_id or None,
         "tags": tags,
         "aliases": sorted(mv.aliases or [] if aliases is None else aliases),
@@ -397,4 +505,4 @@ def _is_number(v: Any) -> bool:
     return not isinstance(v, (str, bytes))
 
 
-__all__ = ["Registry", "candidate_alias", "GATE_PASSED", "GATE_FAILED", "STATUS_REJECTED"]
+__all__ = ["Registry", "RegistryUnreachable", "candidate_alias", "GATE_PASSED", "GATE_FAILED", "STATUS_REJECTED"]

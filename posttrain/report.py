@@ -21,8 +21,78 @@ def _fmt(value) -> str:
 
 
 def capability_rows(stages: list[StageEntry]) -> list[str]:
-    """Every metric any stage was evaluated on, in the order the evaluation produced them."""
-    return list(dict.fromkeys(key for s in stages for key in s.eval))
+    """Every metric any stage was evaluated on, in the order the evaluation produced them (the
+    thinking-budget curve has its own section)."""
+    return list(dict.fromkeys(key for s in stages for key in s.eval if not _budget_key(key)))
+
+
+def _budget_key(key: str) -> bool:
+    return "/budget_" in key or key.endswith("/think_tokens")
+
+
+def budget_curves(stages: list[StageEntry]) -> dict[str, tuple[str, list[tuple[str, float, float, float]]]]:
+    """Per stage with a thinking-budget curve: (suite, [(label, budget tokens, accuracy, share cut)]),
+    by budget, unlimited last."""
+    out = {}
+    for s in stages:
+        suites = [k[:-len("/budget_unlimited/accuracy")] for k in s.eval if k.endswith("/budget_unlimited/accuracy")]
+        if not suites:
+            continue
+        suite, prefix = suites[0], f"{suites[0]}/budget_"
+        labels = [k[len(prefix):-len("/tokens")] for k in s.eval if k.startswith(prefix) and k.endswith("/tokens")]
+        points = [(label, s.eval[f"{prefix}{label}/tokens"], s.eval[f"{prefix}{label}/accuracy"],
+                   s.eval.get(f"{prefix}{label}/cut", 0.0)) for label in labels]
+        out[s.name] = (suite, sorted(points, key=lambda p: (p[0] == "unlimited", p[1])))
+    return out
+
+
+def modes_section(stages: list[StageEntry]) -> list[str]:
+    """Thinking vs non-thinking (Qwen3 reports both modes) and the thinking budget, per stage that has
+    the curve: math accuracy in each mode, mean think length, accuracy at each budget."""
+    curves = budget_curves(stages)
+    if not curves:
+        return []
+    lines = ["## Thinking vs non-thinking, and the thinking budget", "",
+             "| stage | math, thinking | math, /no_think | mean think tokens | accuracy by thinking budget "
+             "(tokens: accuracy, share cut) |", "|---|---|---|---|---|"]
+    for s in stages:
+        if s.name not in curves:
+            continue
+        suite, points = curves[s.name]
+        no_think = next((k.rpartition("/")[0] for k in s.eval if k.endswith("/mode_compliance")
+                         and f"{k.rpartition('/')[0]}/format" in s.eval), None)
+        budget = "; ".join(f"{'unlimited' if label == 'unlimited' else f'{tokens:.0f}'}: {acc:.3f}"
+                           + ("" if label == "unlimited" else f" ({cut:.0%} cut)") for label, tokens, acc, cut in points)
+        lines.append(f"| {s.name} | {_fmt(s.eval.get(f'{suite}/accuracy'))} | "
+                     f"{_fmt(s.eval.get(f'{no_think}/accuracy')) if no_think else '–'} | "
+                     f"{_fmt(s.eval.get(f'{suite}/think_tokens'))} | {budget} |")
+    return lines + ["", "![thinking budget](budget.png)", ""]
+
+
+def plot_budget(report: RunReport, out: Path) -> bool:
+    """Accuracy against the thinking budget, a line per stage (unlimited drawn at the evaluation's
+    token budget); False when no stage has the curve."""
+    curves = budget_curves(report.stages)
+    if not curves:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, (suite, points) in curves.items():
+        ax.plot([p[1] for p in points], [p[2] for p in points], marker="o", label=name)
+    ax.set_xlabel("thinking budget (tokens; last point: unlimited)")
+    ax.set_ylabel(f"{suite} accuracy")
+    ax.set_title("Accuracy against the thinking budget")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def render_markdown(report: RunReport) -> str:
@@ -58,6 +128,7 @@ def render_markdown(report: RunReport) -> str:
                     lines.append(f"- {s.name} {key.replace('_', ' ')}: {value}")
             lines += [f"- ⚠️ {s.name}: {alert}" for alert in s.alerts]
         lines.append("")
+    lines += modes_section(stages)
     lines += ["## Checkpoints", "", "| stage | version | digest | path |", "|---|---|---|---|"]
     for s in stages:
         ck = s.checkpoint
@@ -158,5 +229,6 @@ def write_report(run_dir: Path, report: RunReport) -> Path:
     plot_capabilities(report, run_dir / "capabilities.png")
     plot_training(report, run_dir / "training.png")
     has_rl = plot_rl(report, run_dir / "rl.png")
+    plot_budget(report, run_dir / "budget.png")
     (run_dir / "report.md").write_text(render_markdown(report) + ("\n![RL curves](rl.png)\n" if has_rl else ""))
     return run_dir / "report.md"

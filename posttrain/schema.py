@@ -125,6 +125,13 @@ class ModelSettings(BaseModel):
     chat: ChatConfig = ChatConfig()
 
 
+class TrackingRef(BaseModel):
+    """The MLflow run a stage trains in: its trainers log there at every logging step."""
+
+    uri: str        # tracking URI: the registry's SQLite store or its server
+    run_id: str
+
+
 class StageInputs(BaseModel):
     """What a stage starts from. Paths are absolute; the flow fills them in."""
 
@@ -138,3 +145,4 @@ class StageInputs(BaseModel):
     student: CheckpointRef | None = None                        # distillation only
     data_store: str | None = None       # DVC store for datasets this stage produces
     dvc_remote: str | None = None
+    tracking: TrackingRef | None = None  # where training metrics go live (not in the cache key)

@@ -1,5 +1,6 @@
 """How a stage's trainer trains: its optimisation settings and how it uses the devices it runs on
-(precision, accumulation, checkpointing, vLLM, LoRA), passed straight to TRL / transformers / peft.
+(precision, accumulation, checkpointing, vLLM, LoRA), passed straight to TRL / transformers / peft;
+and which engine generates the replies of rejection sampling, distillation and evaluation.
 
 Batch sizes are global (summed over processes and accumulation steps), so a recipe means the same
 on one CPU and on eight GPUs; `per_device_batch` splits one when the stage starts. Fields marked
@@ -53,6 +54,25 @@ class LoraSettings(_Strict):
         if self.load_in_4bit and not _installed("bitsandbytes"):
             raise ValueError("load_in_4bit (QLoRA) needs bitsandbytes and a CUDA GPU: pip install bitsandbytes")
         return self
+
+
+class GenerationEngine(_Strict):
+    """Which engine writes the replies (posttrain.generation): `hf`, the transformers model in our own
+    sampling loop (the CPU default), or `vllm`, vLLM's offline engine on a GPU. Two engines draw
+    different samples from the same seed, so `backend` is part of what a result is and keys its
+    cache; how vLLM spreads over the GPUs is placement and does not."""
+
+    backend: Literal["hf", "vllm"] = "hf"
+    vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1, json_schema_extra=PLACEMENT)
+    vllm_tensor_parallel_size: int = Field(1, ge=1, json_schema_extra=PLACEMENT)
+
+    @field_validator("backend")
+    @classmethod
+    def _engine_runs_here(cls, value: str) -> str:
+        problem = vllm_unavailable() if value == "vllm" else None
+        if problem:
+            raise ValueError(f"backend vllm: {problem}")
+        return value
 
 
 class TrainingHardware(_Strict):

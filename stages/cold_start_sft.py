@@ -14,6 +14,7 @@ from trl import SFTTrainer
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ColdStartSFTConfig
 from posttrain.dataio import read_jsonl
+from posttrain.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
 
@@ -31,6 +32,7 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
     dataset = sft_dataset(tokenizer, inputs.model.chat, rows)
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
                          train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config(config.trainer))
+    follow(trainer, inputs)
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
 
     log = numeric_log(trainer)

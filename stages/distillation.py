@@ -16,7 +16,8 @@ from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import DistillationStageConfig
 from posttrain.dataio import read_jsonl, write_jsonl
 from posttrain.datasets import store_for
-from posttrain.generation import generate_replies
+from posttrain.generation import generate_replies, load_generator, release
+from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row
 from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.schema import StageInputs, StageResult
@@ -42,7 +43,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     chat = inputs.model.chat
     if inputs.student is None:
         raise ValueError("distillation needs a student checkpoint (base.student in the config)")
-    teacher, tokenizer = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
+    teacher, tokenizer = load_generator(inputs.parent, inputs.model, config, seed=inputs.seed)
     student, student_tokenizer = load_checkpoint(inputs.student, settings=inputs.model)
     ratio = student.num_parameters() / teacher.num_parameters()
     if ratio > config.max_parameter_ratio:
@@ -61,6 +62,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
             if not config.verified_only or (not g.truncated and trusted(g.text, p))]
     rows = require_rows(rows, "distillation", f"the teacher's verified responses to {len(prompts)} prompts (check the "
                         "teacher's gate results, or set stages.distillation.verified_only: false)")
+    release(teacher)
     del teacher
     data_file = work / "distillation_set.jsonl"
     write_jsonl(rows, data_file)
@@ -69,24 +71,15 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     trainer = SFTTrainer(model=student, args=sft_args(config.sft, work / "trainer", inputs.seed),
                          train_dataset=sft_dataset(student_tokenizer, chat, rows), processing_class=student_tokenizer,
                          peft_config=peft_config(config.sft))
+    follow(trainer, inputs)
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
     log = numeric_log(trainer)
     student = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
 
     if config.on_policy_steps:
-        from trl import DistillationConfig, DistillationTrainer
-
-        teacher, _ = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
-        args = DistillationConfig(**common_args(work / "on_policy", inputs.seed, config.sft), learning_rate=config.on_policy_learning_rate,
-                                  max_steps=config.on_policy_steps, per_device_train_batch_size=16,
-                                  max_completion_length=config.max_new_tokens, save_strategy="no")
-        prompt_texts = [render_prompt(student_tokenizer, chat, p["prompt"], p.get("thinking"))[0] for p in prompts]
-        on_policy = DistillationTrainer(model=student, teacher_model=teacher, args=args,
-                                        train_dataset=Dataset.from_list([{"prompt": t} for t in prompt_texts]),
-                                        processing_class=student_tokenizer)
-        on_policy.train()
-        log += [{**row, "phase_on_policy": 1.0} for row in numeric_log(on_policy)]
-        student = on_policy.model
+        student, on_policy_log = on_policy_phase(config, inputs, student, student_tokenizer, prompts,
+                                                 step_offset=trainer.state.global_step)
+        log += on_policy_log
 
     checkpoint = save_checkpoint(student, student_tokenizer, work / "checkpoint")
     return StageResult(
@@ -94,7 +87,29 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
         datasets_consumed=[source], datasets_produced=[produced],
         train_log=log, verifier_versions=VERIFIER_VERSIONS,
         train_metrics={"teacher_samples_kept": len(rows), "teacher_samples": len(prompts),
+                       "teacher_tokens": float(sum(g.num_tokens for (g,) in replies)),
                        "kept_no_think": float(sum(r["thinking"] is False for r in rows)),
                        "parameter_ratio": ratio, **summary(log, ("loss", "mean_token_accuracy"))},
         wall_s=time.time() - started,
     )
+
+
+def on_policy_phase(config: DistillationStageConfig, inputs: StageInputs, student, student_tokenizer,
+                    prompts: list[dict], step_offset: int = 0) -> tuple[object, list[dict]]:
+    """`on_policy_steps` of TRL's DistillationTrainer (generalised JSD between teacher and student
+    on the student's own samples of the prompts, each in its mode); (student, its log)."""
+    from trl import DistillationConfig, DistillationTrainer
+
+    work, chat = Path(inputs.work_dir), inputs.model.chat
+    teacher, _ = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
+    args = DistillationConfig(**common_args(work / "on_policy", inputs.seed, config.sft),
+                              learning_rate=config.on_policy_learning_rate, max_steps=config.on_policy_steps,
+                              per_device_train_batch_size=16, max_completion_length=config.max_new_tokens,
+                              save_strategy="no")
+    prompt_texts = [render_prompt(student_tokenizer, chat, p["prompt"], p.get("thinking"))[0] for p in prompts]
+    on_policy = DistillationTrainer(model=student, teacher_model=teacher, args=args,
+                                    train_dataset=Dataset.from_list([{"prompt": t} for t in prompt_texts]),
+                                    processing_class=student_tokenizer)
+    follow(on_policy, inputs, step_offset=step_offset)  # its curve continues the SFT phase's
+    on_policy.train()
+    return on_policy.model, [{**row, "phase_on_policy": 1.0} for row in numeric_log(on_policy)]

@@ -13,6 +13,7 @@ import torch
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import GeneralRLConfig
 from posttrain.dataio import read_jsonl
+from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, build_rewards, on_whole_replies
 from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
 from posttrain.schema import StageInputs, StageResult
@@ -42,6 +43,7 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
                                      peft_config=peft_config(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
+    follow(trainer, inputs)
     checkpoint_dir = resume_point(work / "trainer")
     trainer.train(resume_from_checkpoint=checkpoint_dir)
 

@@ -16,6 +16,7 @@ from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ModeFusionSFTConfig
 from posttrain.dataio import read_jsonl, write_jsonl
 from posttrain.datasets import store_for
+from posttrain.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
 
@@ -60,6 +61,7 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
                          train_dataset=sft_dataset(tokenizer, inputs.model.chat, rows), processing_class=tokenizer,
                          peft_config=peft_config(config.trainer))
+    follow(trainer, inputs)
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
 
     log = numeric_log(trainer)

@@ -13,6 +13,7 @@ import torch
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ReasoningRLConfig
 from posttrain.dataio import read_jsonl
+from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, build_rewards, on_whole_replies
 from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record, tracked_correctness
 from posttrain.schema import StageInputs, StageResult
@@ -48,6 +49,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
                                monitor_kl=config.trainer.monitor_kl, peft_config=peft_config(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
+    follow(trainer, inputs)
     if config.probe_every and inputs.probe is not None:
         probe = read_jsonl(Path(inputs.probe.path))[:config.probe_items]
         trainer.add_callback(HeldOutProbe(tokenizer, chat, probe, every=config.probe_every,

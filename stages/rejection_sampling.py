@@ -12,11 +12,10 @@ from pathlib import Path
 import torch
 
 from posttrain.chat import parse_response
-from posttrain.checkpoint import load_checkpoint
 from posttrain.config import RejectionSamplingConfig
 from posttrain.dataio import read_jsonl, write_jsonl
 from posttrain.datasets import store_for
-from posttrain.generation import generate_replies
+from posttrain.generation import generate_replies, load_generator, release
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row
 from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.rewards.language import language_share
@@ -45,13 +44,14 @@ def run(config: RejectionSamplingConfig, inputs: StageInputs) -> StageResult:
     started = time.time()
     torch.set_num_threads(2)
     work = Path(inputs.work_dir)
-    model, tokenizer = load_checkpoint(inputs.parent, for_training=False, settings=inputs.model)
+    model, tokenizer = load_generator(inputs.parent, inputs.model, config, seed=inputs.seed)
 
     source = inputs.data["rejection_prompts"]
     problems = require_rows(read_jsonl(Path(source.path)), "rejection_sampling", "rejection_prompts")
     samples = generate_replies(model, tokenizer, inputs.model.chat, [(p["prompt"], True) for p in problems],
                                max_new_tokens=config.max_new_tokens, do_sample=True, temperature=config.temperature,
                                num_samples=config.samples_per_prompt, seed=inputs.seed, desc="rejection sampling")
+    release(model)
 
     reasons: Counter[str] = Counter()
     rows = []

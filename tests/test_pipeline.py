@@ -79,6 +79,14 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     assert (run_dir / "capabilities.png").stat().st_size > 1000
     assert (run_dir / "rl.png").stat().st_size > 1000
     assert "reasoning_rl rollout policy: current policy at each step" in (run_dir / "report.md").read_text()
+    # the thinking-budget curve from mode fusion on (smoke: 10 items, budgets 0 and the median), its section and plot
+    for name in ("mode_fusion_sft", "general_rl", "distillation"):
+        curve = stages[name]["eval"]
+        assert {"math/budget_0/accuracy", "math/budget_0/cut", "math/budget_unlimited/accuracy",
+                "math/think_tokens"} <= set(curve), name
+    assert not any("/budget_" in k for k in stages["reasoning_rl"]["eval"])
+    assert "## Thinking vs non-thinking, and the thinking budget" in (run_dir / "report.md").read_text()
+    assert (run_dir / "budget.png").stat().st_size > 1000
     assert stages["mode_fusion_sft"]["train_metrics"]["rows/thinking"] == 4       # data.thinking, limit 4
     assert stages["mode_fusion_sft"]["train_metrics"]["rows/non_reasoning"] == 8  # two sources of 4
     assert stages["general_rl"]["train_metrics"]["no_think_prompts"] >= 3  # general math rows 0-2 of 4 ask /no_think
