@@ -25,7 +25,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from flows import PROJECT_ROOT
-from posttrain.config import PipelineConfig
+from posttrain.config import PipelineConfig, validate_config
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainer_config import WorkPoolPlacement
 
@@ -46,7 +46,9 @@ def stage_flow(name: str, config: dict, inputs: dict) -> dict:
     checkpoint for the chain to read."""
     from flows.tasks import execute_stage
 
-    cfg, stage_inputs = PipelineConfig.model_validate(config), StageInputs.model_validate(inputs)
+    # This machine checks what it runs (vLLM, DeepSpeed installed here), not what other machines run.
+    elsewhere = {("stages", other) for other in config.get("stages", {}) if other != name} | {("evaluation",)}
+    cfg, stage_inputs = validate_config(config, elsewhere=elsewhere), StageInputs.model_validate(inputs)
     work = Path(stage_inputs.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     run_id = str(flow_run.get_id())

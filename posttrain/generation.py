@@ -498,7 +498,10 @@ def load_generator(checkpoint, settings, engine, seed: int = 0):
         return VLLMEngine.load(checkpoint, settings, engine, seed)
     from posttrain.checkpoint import load_checkpoint
 
-    return load_checkpoint(checkpoint, for_training=False, settings=settings)
+    model, tokenizer = load_checkpoint(checkpoint, for_training=False, settings=settings)
+    if torch.cuda.is_available():   # the hf loop on the machine's GPU when it has one (training stages: TRL places them)
+        model.to("cuda")
+    return model, tokenizer
 
 
 def release(model) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 PLACEMENT = {"placement": True}
 GPU_EXTRA = "pip install -e '.[gpu]'"
@@ -24,6 +24,18 @@ class _Strict(BaseModel):
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+class NotInstalledHere(ValueError):
+    """A setting the machine that validates the config cannot run (a package or a GPU it lacks). For
+    a stage placed on a work pool (`run_on`) it is the worker's machine that must run it: there the
+    check is made when the worker validates the config, not where the flow loads it
+    (posttrain.config.validate_config)."""
+
+
+def _check_here(info: ValidationInfo | None) -> bool:
+    """False while validating a config whose machine checks were found to concern other machines only."""
+    return not (info is not None and info.context and info.context.get("skip_machine_checks"))
 
 
 def vllm_unavailable() -> str | None:
@@ -50,9 +62,9 @@ class LoraSettings(_Strict):
     load_in_4bit: bool = False
 
     @model_validator(mode="after")
-    def _quantisation_needs_bitsandbytes(self):
-        if self.load_in_4bit and not _installed("bitsandbytes"):
-            raise ValueError("load_in_4bit (QLoRA) needs bitsandbytes and a CUDA GPU: pip install bitsandbytes")
+    def _quantisation_needs_bitsandbytes(self, info: ValidationInfo):
+        if self.load_in_4bit and _check_here(info) and not _installed("bitsandbytes"):
+            raise NotInstalledHere("load_in_4bit (QLoRA) needs bitsandbytes and a CUDA GPU: pip install bitsandbytes")
         return self
 
 
@@ -68,10 +80,10 @@ class GenerationEngine(_Strict):
 
     @field_validator("backend")
     @classmethod
-    def _engine_runs_here(cls, value: str) -> str:
-        problem = vllm_unavailable() if value == "vllm" else None
+    def _engine_runs_here(cls, value: str, info: ValidationInfo) -> str:
+        problem = vllm_unavailable() if value == "vllm" and _check_here(info) else None
         if problem:
-            raise ValueError(f"backend vllm: {problem}")
+            raise NotInstalledHere(f"backend vllm: {problem}")
         return value
 
 
@@ -178,14 +190,14 @@ class GRPOTrainerConfig(TrainingHardware):
     vllm_server_port: int = Field(8000, ge=1, le=65535, json_schema_extra=PLACEMENT)
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self, info: ValidationInfo):
         if self.steps_per_generation is not None and self.generation_batch_size is not None:
             raise ValueError("steps_per_generation and generation_batch_size both set: TRL takes one of them")
         if self.generation_batch_size is not None and self.generation_batch_size % self.num_generations:
             raise ValueError(f"generation_batch_size {self.generation_batch_size} is not a multiple of "
                              f"num_generations {self.num_generations}")
-        if self.use_vllm and not _installed("vllm"):
-            raise ValueError(f"use_vllm: vLLM is not installed here: {GPU_EXTRA}")
+        if self.use_vllm and _check_here(info) and not _installed("vllm"):
+            raise NotInstalledHere(f"use_vllm: vLLM is not installed here: {GPU_EXTRA}")
         if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_host:
             raise ValueError("vllm_mode server needs vllm_server_host (and vllm_server_port): the address of "
                              "`trl vllm-serve`")
@@ -231,7 +243,7 @@ class LauncherConfig(_Strict):
     timeout_s: float = Field(24 * 3600.0, gt=0)   # the whole job: a hung rank fails the stage here
 
     @model_validator(mode="after")
-    def _launchable(self):
+    def _launchable(self, info: ValidationInfo):
         if self.kind == "in_process" and self.num_processes != 1:
             raise ValueError("num_processes > 1 needs kind accelerate or torchrun")
         if self.kind == "accelerate" and not self.config_file:
@@ -245,8 +257,8 @@ class LauncherConfig(_Strict):
             if engine == "MULTI_CPU":
                 raise ValueError(f"{self.config_file}: accelerate starts several CPU processes only through mpirun; "
                                  "use kind torchrun for a multi-process stage on CPU")
-            if engine == "DEEPSPEED" and not _installed("deepspeed"):
-                raise ValueError(f"{self.config_file} uses DeepSpeed, which is not installed here: {GPU_EXTRA}")
+            if engine == "DEEPSPEED" and _check_here(info) and not _installed("deepspeed"):
+                raise NotInstalledHere(f"{self.config_file} uses DeepSpeed, which is not installed here: {GPU_EXTRA}")
         return self
 
     def engine(self) -> str:

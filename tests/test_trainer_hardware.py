@@ -133,3 +133,30 @@ def test_lora_adapter_is_saved_with_its_base_and_merged(tmp_path):
     original = AutoModelForCausalLM.from_pretrained(base_dir)
     changed = [n for (n, p), (_, q) in zip(merged.named_parameters(), original.named_parameters()) if not torch.equal(p, q)]
     assert changed, "merging the adapter left every weight as it was"
+
+
+def test_what_a_work_pool_stage_needs_is_checked_on_the_worker_not_where_the_flow_loads(tmp_path):
+    from posttrain.config import ConfigError, validate_config
+
+    heavy = ("stages:\n  reasoning_rl:\n    trainer: {use_vllm: true}\n{placement}"
+             "  distillation:\n    backend: vllm\n{placement2}")
+    # here (no vLLM): refused without a work pool, naming the field ...
+    message = config_error(tmp_path, heavy.replace("{placement}", "").replace("{placement2}", ""))
+    assert "stages.reasoning_rl.trainer" in message and "stages.distillation.backend" in message, message
+    # ... loaded when both stages run on a pool's worker
+    path = tmp_path / "pooled.yaml"
+    path.write_text(heavy.replace("{placement}", "    run_on: {work_pool: gpu}\n")
+                    .replace("{placement2}", "    run_on: {work_pool: gpu}\n"))
+    cfg = load_config(path)
+    assert cfg.stage("reasoning_rl").trainer.use_vllm and cfg.stage("distillation").backend == "vllm"
+    # only one placed: the other is still this machine's to run
+    path.write_text(heavy.replace("{placement}", "    run_on: {work_pool: gpu}\n").replace("{placement2}", ""))
+    with pytest.raises(ConfigError, match="stages.distillation.backend"):
+        load_config(path)
+    # the worker of reasoning_rl checks reasoning_rl (and not the other pooled stage)
+    data = cfg.model_dump(mode="json")
+    others = {("stages", "distillation"), ("evaluation",)}
+    with pytest.raises(ValueError, match="use_vllm: vLLM is not installed here"):
+        validate_config(data, elsewhere=others | {("stages", s) for s in data["stages"] if s not in ("reasoning_rl",)})
+    assert validate_config(data, elsewhere={("stages", s) for s in data["stages"] if s != "cold_start_sft"}
+                           | {("evaluation",)}).stage("cold_start_sft") is not None
