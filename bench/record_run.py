@@ -34,7 +34,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(summary, indent=2))
     shutil.copy(args.report.with_name("report.md"), RESULTS / f"{args.name}.md")
-    for png in ("capabilities.png", "training.png", "rl.png"):
+    for png in ("capabilities.png", "training.png", "rl.png", "budget.png"):
         if args.report.with_name(png).exists():
             shutil.copy(args.report.with_name(png), RESULTS / f"{args.name}_{png}")
     print(f"recorded {args.name}: flow {report.wall_s:.0f} s")

@@ -5,13 +5,15 @@ watched in the MLflow UI while it runs (not only after it returns).
 stage (`inputs.tracking`, posttrain.registry.Registry.start_training); without one (a stage called
 directly, bench/gpu_smoke.sh) it adds nothing and MLflow is not even imported.
 
-Only the main process logs (rank 0 of an accelerate/torchrun job).  The trainer's thread only puts
-each log line on a queue: a background thread sends what has piled up in one `log_batch` through an
-`MlflowClient` bound to that run's tracking URI (never the process-wide fluent API), at most one
-call per `MIN_INTERVAL_S`, so a slow disk or server costs the training loop nothing and a fast SFT
-loop costs one SQLite commit a second (a 5 s RL step is sent as soon as it is logged).  The queue
-is drained when training ends.  A failure to log is a warning, never a failed stage: the flow logs
-the whole curve after the stage if nothing reached the run (Registry.finish_training).
+Only the main process logs (rank 0 of an accelerate/torchrun job).  The trainer's thread puts each
+log line on a queue; a background thread sends what has piled up in one `log_batch` through an
+`MlflowClient` bound to that run's tracking URI (never the process-wide fluent API).  It sends only
+when the trainer asks, between two steps (at most every `MIN_INTERVAL_S`, and when training ends),
+and the step waits for it at most `STEP_WAIT_S`: on 2 cores any work beside a step's compute stalls
+torch's threads far beyond its own CPU time (sending from the thread whenever it liked cost
+cold-start SFT 12% of its wall time, bench/results/live_metrics.md), while a slow server still
+cannot hold a step for more than STEP_WAIT_S.  A failure to log is a warning, never a failed stage:
+the flow logs the whole curve after the stage if nothing reached the run (Registry.finish_training).
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ log = logging.getLogger(__name__)
 
 _MAX_METRICS_PER_BATCH = 1000   # MLflow's limit per log_batch
 FLUSH_TIMEOUT_S = 120.0
-MIN_INTERVAL_S = 1.0
+MIN_INTERVAL_S = 5.0
+STEP_WAIT_S = 2.0
 
 
 class LiveMetrics(TrainerCallback):
@@ -51,6 +54,8 @@ class LiveMetrics(TrainerCallback):
         if not state.is_world_process_zero or not logs:
             return
         self.put(state.global_step + self.step_offset, logs)
+        if time.monotonic() - self._last_send >= MIN_INTERVAL_S:
+            self.flush(STEP_WAIT_S, quiet=True)
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -68,13 +73,16 @@ class LiveMetrics(TrainerCallback):
             self._thread.start()
         self._queue.put(metrics)
 
-    def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> bool:
-        """Wait until everything queued was sent (or failed); False if `timeout` ran out."""
+    def flush(self, timeout: float = FLUSH_TIMEOUT_S, quiet: bool = False) -> bool:
+        """Send what is queued and wait until it was sent (or failed); False if `timeout` ran out
+        (the send goes on in the background)."""
         deadline = time.monotonic() + timeout
         self._flushing.set()
         try:
             while self._queue.unfinished_tasks:
                 if time.monotonic() > deadline:
+                    if quiet:
+                        return False
                     log.warning(f"live metrics: {self._queue.unfinished_tasks} log lines not sent to MLflow run "
                                 f"{self.run_id} after {timeout:.0f} s")
                     return False
@@ -86,9 +94,7 @@ class LiveMetrics(TrainerCallback):
     def _send_loop(self) -> None:
         while True:
             batches = [self._queue.get()]
-            wait = self._last_send + MIN_INTERVAL_S - time.monotonic()
-            if wait > 0:
-                self._flushing.wait(wait)
+            self._flushing.wait()   # a flush: between two trainer steps, or at the end
             while True:  # everything that piled up meanwhile goes in one call
                 try:
                     batches.append(self._queue.get_nowait())
