@@ -336,7 +336,8 @@ def main() -> None:
         if missing:
             raise SystemExit("the stage path needs distributions this machine lacks and no carried wheel gives:\n  "
                              + "\n  ".join(missing) + "\n(run `bash bench/gpu_smoke.sh fetch` where pip reaches an index)")
-        print("\n".join(str(w) for w in wheels))
+        for w in wheels:
+            print(w)
     else:
         cuda = args.device == "cuda"
         hidden = args.hidden or (256 if cuda else 64)

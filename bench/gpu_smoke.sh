@@ -42,7 +42,7 @@ SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 echo "== which wheels the stage path needs here"
 "$PY" bench/gpu_smoke.py plan --wheels "$WHEELS" --report "$OUT/gpu_smoke_env.json" \
     --pretend-missing "${GPU_SMOKE_PRETEND_MISSING:-}" > "$VENV/install.txt"
-mapfile -t INSTALL < "$VENV/install.txt"
+mapfile -t INSTALL < <(grep -v '^$' "$VENV/install.txt" || true)
 if [ "${#INSTALL[@]}" -gt 0 ]; then
     printf '   %s\n' "${INSTALL[@]##*/}"
     "$PY" -m pip install -q --no-deps --no-index --no-compile --disable-pip-version-check --target "$SITE" "${INSTALL[@]}"
