@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
@@ -156,19 +156,31 @@ class DataConfig(Strict):
 # ---------------------------------------------------------------- stages
 
 
-class ColdStartSFTConfig(Strict):
+class Placed(Strict):
+    """A stage that can be sent to a Prefect work pool (`run_on`; None: the flow's own machine)."""
+
+    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)
+
+
+class Launched(Placed):
+    """A training stage: also started in process or as a multi-process job (`launcher`), which its
+    trainer settings must agree with (check_launch)."""
+
+    stage_name: ClassVar[str]   # its key in STAGE_CONFIGS
+    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+
+    @model_validator(mode="after")
+    def _launch(self):
+        check_launch(self.stage_name, self.trainer, self.launcher, getattr(self, "sampling", None))
+        return self
+
+
+class ColdStartSFTConfig(Launched):
     """Trains on the `cold_start` data role."""
 
     trainer: SFTTrainerConfig = SFTTrainerConfig()
     gate: GateConfig = GateConfig()
 
-    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
-    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
-
-    @model_validator(mode="after")
-    def _launch(self):
-        check_launch("cold_start_sft", self.trainer, self.launcher)
-        return self
 
 
 class RewardWeights(Strict):
@@ -216,7 +228,7 @@ class RLAlertsConfig(Strict):
     uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
 
 
-class ReasoningRLConfig(Strict):
+class ReasoningRLConfig(Launched):
     """GRPO on the `reasoning_prompts` data role."""
 
     sampling: ProblemSamplingConfig = ProblemSamplingConfig()
@@ -228,16 +240,9 @@ class ReasoningRLConfig(Strict):
     trainer: GRPOTrainerConfig = GRPOTrainerConfig()
     gate: GateConfig = GateConfig()
 
-    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
-    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
-
-    @model_validator(mode="after")
-    def _launch(self):
-        check_launch("reasoning_rl", self.trainer, self.launcher, self.sampling)
-        return self
 
 
-class RejectionSamplingConfig(GenerationEngine):
+class RejectionSamplingConfig(GenerationEngine, Placed):
     """Samples the `rejection_prompts` data role and keeps verified answers."""
 
     samples_per_prompt: int = Field(4, ge=1)
@@ -246,10 +251,9 @@ class RejectionSamplingConfig(GenerationEngine):
     min_language_consistency: float = Field(1.0, ge=0, le=1)
     max_per_prompt: int = Field(2, ge=1)
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="stage.kept_rows", min=100)], regression=[])
-    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
 
-class ModeFusionSFTConfig(Strict):
+class ModeFusionSFTConfig(Launched):
     """One SFT over the rejection-sampled set, the `thinking` and `non_reasoning` data roles, and
     no-think copies of the rejection-sampled prompts."""
 
@@ -257,16 +261,9 @@ class ModeFusionSFTConfig(Strict):
     trainer: SFTTrainerConfig = SFTTrainerConfig(learning_rate=2e-4, epochs=2)
     gate: GateConfig = GateConfig()
 
-    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
-    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
-
-    @model_validator(mode="after")
-    def _launch(self):
-        check_launch("mode_fusion_sft", self.trainer, self.launcher)
-        return self
 
 
-class GeneralRLConfig(Strict):
+class GeneralRLConfig(Launched):
     """GRPO on the `general_prompts` data role; each row's kind picks its rewards."""
 
     alerts: RLAlertsConfig = RLAlertsConfig()
@@ -275,16 +272,9 @@ class GeneralRLConfig(Strict):
     trainer: GRPOTrainerConfig = GRPOTrainerConfig(max_steps=40)
     gate: GateConfig = GateConfig()
 
-    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
-    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
-
-    @model_validator(mode="after")
-    def _launch(self):
-        check_launch("general_rl", self.trainer, self.launcher)
-        return self
 
 
-class DistillationStageConfig(GenerationEngine):
+class DistillationStageConfig(GenerationEngine, Placed):
     """The teacher answers the `distillation_prompts` data role; the student learns its verified answers.
     `backend` writes the teacher's answers; the on-policy phase samples through TRL."""
 
@@ -295,7 +285,6 @@ class DistillationStageConfig(GenerationEngine):
     on_policy_learning_rate: float = Field(5e-5, gt=0)
     max_parameter_ratio: float = Field(1 / 3, gt=0, le=1)
     gate: GateConfig = GateConfig()
-    run_on: WorkPoolPlacement | None = Field(None, json_schema_extra=PLACEMENT)  # None: in the flow's machine
 
 
 # The chain, in order, with each stage's settings: adding a stage is one line here plus its
@@ -309,6 +298,8 @@ STAGE_CONFIGS: dict[str, type[Strict]] = {
     "general_rl": GeneralRLConfig,
     "distillation": DistillationStageConfig,
 }
+for _name, _config in STAGE_CONFIGS.items():
+    _config.stage_name = _name
 STAGES: tuple[str, ...] = tuple(STAGE_CONFIGS)
 StageName = Literal[STAGES]
 StagesConfig = create_model("StagesConfig", __base__=Strict, __doc__="Each stage's settings, by stage name.",
