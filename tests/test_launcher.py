@@ -1,9 +1,9 @@
 """Stages as multi-process jobs: accelerate / torchrun command lines, launcher settings refused at
 load, the failing rank named; end to end (slow): cold-start SFT and reasoning RL under torchrun, 2
 CPU processes each (gloo), the pipeline carrying on with their checkpoints, and a rank killed
-mid-stage failing the stage, a rerun resuming from the last in-stage checkpoint. (accelerate launch
-starts several CPU processes only through mpirun, which these machines lack: its configs are
-checked, not run, here.)"""
+mid-stage failing the stage, a rerun resuming from the last in-stage checkpoint; the shipped `ddp`
+and `fsdp` accelerate profiles launched as they are (accelerate starts their processes with
+torchrun; only a MULTI_CPU profile would need mpirun, which these machines lack)."""
 from __future__ import annotations
 
 import json
@@ -187,3 +187,38 @@ def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
     assert left, "the killed run left no in-stage checkpoint"
     result = launch("reasoning_rl", stage, inputs, stage.launcher)
     assert result.policies["resumed_from"] == str(left[-1]), (result.policies, left)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("profile", ["ddp", "fsdp"])
+def test_the_shipped_accelerate_profiles_run_on_cpu(tmp_path, profile):
+    """`accelerate launch` with configs/accelerate/<profile>.yaml as shipped, 2 processes on CPU:
+    accelerate starts them with torchrun (its multi-GPU launcher), the Trainer, seeing no GPU, joins
+    them over gloo; cold-start SFT trains and its checkpoint loads as the whole model. On CPU
+    accelerate wraps the model in DDP even under the FSDP profile (it takes the FSDP path only for
+    accelerator devices, accelerate/state.py), so this checks the profile's launch, not sharding."""
+    import torch
+
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.launcher import launch
+    from posttrain.prepared import prepare
+    from posttrain.schema import StageInputs
+    from posttrain.world.build import base_checkpoint, ensure_world
+
+    config = write_smoke_config(tmp_path, cold_start_sft={"threads": 1, "batch_size": 8})
+    cfg = load_config(config)
+    ensure_world(cfg)
+    data = prepare(cfg, tmp_path / "runs" / "prepared", ("cold_start_sft",))
+    work = tmp_path / "runs" / profile / "cold_start_sft"
+    parent = base_checkpoint(cfg)
+    inputs = StageInputs(parent=parent, work_dir=str(work), seed=0, model=cfg.base.settings(),
+                         data=data.for_stage("cold_start_sft"))
+    launcher = LauncherConfig(kind="accelerate", config_file=f"configs/accelerate/{profile}.yaml", num_processes=2)
+    result = launch("cold_start_sft", cfg.stage("cold_start_sft"), inputs, launcher)
+    assert result.train_metrics["loss"] > 0 and result.train_metrics["examples"] == 16, result.train_metrics
+    model, _ = load_checkpoint(result.checkpoint, for_training=False)
+    base, _ = load_checkpoint(parent, for_training=False)
+    trained, before = dict(model.named_parameters()), dict(base.named_parameters())
+    assert {n: p.shape for n, p in trained.items()} == {n: p.shape for n, p in before.items()}
+    assert any(not torch.equal(p, before[n]) for n, p in trained.items()), "the checkpoint is the base model"
