@@ -207,14 +207,16 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
 
 
 class TokenPicker:
-    """Picks each row's next token as `generate` would: the model's generation config updated with
-    the call's options, its logits processors, then argmax or a draw from `generator`."""
+    """Picks each row's next token as `generate` would: the model's generation config (or the one
+    given) updated with the call's options, its logits processors, then argmax or a draw from
+    `generator`."""
 
     STATELESS = ("TemperatureLogitsWarper", "TopPLogitsWarper", "TopKLogitsWarper", "MinPLogitsWarper",
                  "SuppressTokensLogitsProcessor")
 
-    def __init__(self, model, input_ids: torch.Tensor, generator: torch.Generator | None, **options):
-        config, _ = model._prepare_generation_config(None, **options)
+    def __init__(self, model, input_ids: torch.Tensor, generator: torch.Generator | None, *,
+                 generation_config=None, **options):
+        config, _ = model._prepare_generation_config(generation_config, **options)
         self.processors = model._get_logits_processor(config, input_ids_seq_length=input_ids.shape[1],
                                                       encoder_input_ids=input_ids, device=input_ids.device, model_kwargs={})
         self.sample, self.generator = bool(config.do_sample), generator
@@ -226,7 +228,7 @@ class TokenPicker:
         if not self.sample:
             return scores.argmax(dim=-1)
         probs = torch.softmax(scores, dim=-1)
-        return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(1).to(logits.device)
+        return torch.multinomial(probs.to(self.generator.device), 1, generator=self.generator).squeeze(1).to(logits.device)
 
 
 def _transformers_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, stop_ids: set[int],

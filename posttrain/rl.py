@@ -280,7 +280,43 @@ class EpochOrderedRepeatSampler(RepeatSampler):
                 torch.randperm(self.num_samples, generator=self.generator)
 
 
-class ResumableGRPOTrainer(GRPOTrainer):
+class RolloutGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose rollouts on the plain transformers path (no vLLM, no ZeRO-3 or FSDP, no
+    continuous batching, text only) come from posttrain.generation.decode: a row that has ended
+    leaves the batch and its KV cache, where `generate` carries every row to the longest one, and
+    the cache is allocated once. The tokens are drawn with TRL's generation config and its logits
+    processors, from a generator seeded by the step, so a resumed run draws what the uninterrupted
+    one did. 64 rollouts of up to 144 tokens: 1.5 s instead of 2.3 s on 2 CPU cores
+    (bench/results/rl_step.json)."""
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        from trl.models import unwrap_model_for_generation
+        from trl.trainer.utils import pad
+
+        from posttrain.generation import TokenPicker, decode
+
+        plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields
+                     or self.is_deepspeed_enabled or self.is_fsdp_enabled)
+        if not plain:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        device = self.accelerator.device
+        prompts = [torch.tensor(ids) for ids in prompt_ids]
+        ids = pad(prompts, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)
+        mask = pad([torch.ones_like(t) for t in prompts], padding_value=0, padding_side="left").to(device)
+        seed = (self.args.seed * 1_000_003 + self.state.global_step) * 1009 + self.accelerator.process_index
+        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator, generation_kwargs=self.generation_kwargs,
+                                          gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model,
+              torch.no_grad()):
+            pick = TokenPicker(model, ids, torch.Generator(device).manual_seed(seed), generation_config=self.generation_config)
+            if pick.stateful:   # e.g. a repetition penalty reads each row's tokens so far
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
+            completions = decode(model, ids, mask, max_new_tokens=self.max_completion_length,
+                                 stop_ids=set(self.eos_token_ids), pick=pick)
+        return completions, None
+
+
+class ResumableGRPOTrainer(RolloutGRPOTrainer):
     """GRPOTrainer whose resume from a checkpoint continues where the run stopped: the prompt order
     of every epoch as in an uninterrupted run, the generation schedule counted from the checkpoint's
     step, and, stopped between two generations (num_iterations > 1), the saved rollouts that the

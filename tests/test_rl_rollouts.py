@@ -1,0 +1,85 @@
+"""GRPO rollouts on the plain transformers path come from posttrain.generation.decode (finished
+rows leave the batch): the same tokens as TRL's `generate` when the draw is forced, the draws
+fixed by the step (a resumed run samples what the uninterrupted one did), TRL's own path where a
+logits processor needs every row's history."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _trainer(tokenizer, tmp_path):
+    from datasets import Dataset
+
+    from posttrain.config import GRPOTrainerConfig
+    from posttrain.rl import KLMonitoredGRPOTrainer
+    from posttrain.trainers import grpo_args
+    from posttrain.world.model import Architecture, build_model
+
+    model = build_model(Architecture(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                     intermediate_size=64), tokenizer, seed=0)
+    cfg = GRPOTrainerConfig(max_steps=1, prompts_per_step=2, num_generations=2, max_completion_length=12)
+    return KLMonitoredGRPOTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                                  processing_class=tokenizer, args=grpo_args(cfg, tmp_path, 0, [1.0]),
+                                  train_dataset=Dataset.from_list([{"prompt": "1+1="}, {"prompt": "2+2="}]))
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    texts = ["12+7=", "12+7=", "where 300 - 41 is", "where 300 - 41 is"]   # two lengths: left padding
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def _force(trainer, **settings):
+    for key, value in settings.items():
+        setattr(trainer.generation_config, key, value)
+        trainer.generation_kwargs[key] = value
+
+
+def test_forced_draws_give_the_tokens_of_trls_generate_and_stop_at_the_first_eos(tokenizer, tmp_path):
+    from trl import GRPOTrainer
+
+    trainer = _trainer(tokenizer, tmp_path)
+    prompts = _prompts(tokenizer)
+    _force(trainer, top_k=1)   # a draw from one token: both paths must pick the argmax
+    free_run = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
+    assert all(len(c) == 12 for c in free_run)
+    # Make a token of the first prompt's reply that the other's lacks an eos: the first prompt's rows
+    # end at it, the others run on.
+    stop = next(t for t in free_run[0] if t not in free_run[2])
+    trainer.eos_token_ids = [*trainer.eos_token_ids, stop]
+    _force(trainer, eos_token_id=trainer.eos_token_ids)
+    theirs = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
+    ours, logprobs = trainer._generate_single_turn(prompts, None, {}, 2)
+    assert ours == theirs and logprobs is None
+    assert len(ours[0]) == free_run[0].index(stop) + 1 < 12 and ours[0][-1] == stop
+    assert len(ours[2]) == 12
+
+
+def test_draws_are_fixed_by_the_step(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path)
+    prompts = _prompts(tokenizer) * 4
+    first = trainer._generate_single_turn(prompts, None, {}, 2)[0]
+    assert trainer._generate_single_turn(prompts, None, {}, 2)[0] == first
+    trainer.state.global_step = 5
+    later = trainer._generate_single_turn(prompts, None, {}, 2)[0]
+    assert later != first
+    assert len({tuple(c) for c in later}) > 1, "sampled rows of the same prompt all alike"
+
+
+def test_a_processor_that_reads_each_rows_history_keeps_trls_path(tokenizer, tmp_path, monkeypatch):
+    from trl import GRPOTrainer
+
+    trainer = _trainer(tokenizer, tmp_path)
+    calls = []
+    original = GRPOTrainer._generate_single_turn
+
+    def recorded(self, *args, **kwargs):
+        calls.append(args[0])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recorded)
+    trainer._generate_single_turn(_prompts(tokenizer), None, {}, 2)
+    assert not calls
+    _force(trainer, repetition_penalty=1.3)
+    completions, _ = trainer._generate_single_turn(_prompts(tokenizer), None, {}, 2)
+    assert len(calls) == 1 and len(completions) == 4
