@@ -185,7 +185,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
     for _ in range(max_new_tokens):
         logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                        logits_to_keep=1, **{cache_arg: cache}).logits[:, -1, :].float()
-        next_ids = pick(logits)
+        next_ids = pick(logits, alive)
         tokens = next_ids.tolist()
         if budget is not None:
             tokens = budget.steer(alive, tokens)
@@ -209,26 +209,38 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
 class TokenPicker:
     """Picks each row's next token as `generate` would: the model's generation config (or the one
     given) updated with the call's options, its logits processors, then argmax or a draw from
-    `generator`."""
+    `generator` (None: torch's global RNG, as `generate` draws). With `whole_batch`, every draw is
+    made for the whole batch, rows that have ended included, as `generate` makes it: the rows still
+    decoding then get the very tokens `generate` would give them from the same RNG state."""
 
     STATELESS = ("TemperatureLogitsWarper", "TopPLogitsWarper", "TopKLogitsWarper", "MinPLogitsWarper",
                  "SuppressTokensLogitsProcessor")
 
     def __init__(self, model, input_ids: torch.Tensor, generator: torch.Generator | None, *,
-                 generation_config=None, **options):
+                 generation_config=None, whole_batch: bool = False, **options):
         config, _ = model._prepare_generation_config(generation_config, **options)
         self.processors = model._get_logits_processor(config, input_ids_seq_length=input_ids.shape[1],
                                                       encoder_input_ids=input_ids, device=input_ids.device, model_kwargs={})
         self.sample, self.generator = bool(config.do_sample), generator
+        self.batch = input_ids.shape[0] if whole_batch else None
         # a processor that reads the tokens so far or holds a value per row cannot follow rows out of the batch
         self.stateful = any(type(p).__name__ not in self.STATELESS for p in self.processors)
 
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+    def __call__(self, logits: torch.Tensor, rows: list[int] | None = None) -> torch.Tensor:
+        """`rows`: the batch rows `logits` belong to (all of them when None)."""
         scores = self.processors(None, logits) if self.processors else logits
         if not self.sample:
             return scores.argmax(dim=-1)
         probs = torch.softmax(scores, dim=-1)
-        return torch.multinomial(probs.to(self.generator.device), 1, generator=self.generator).squeeze(1).to(logits.device)
+        index = None
+        if self.batch is not None and rows is not None and len(rows) < self.batch:
+            index = torch.tensor(rows, device=probs.device)
+            whole = probs.new_zeros(self.batch, probs.shape[-1])
+            whole[:, 0] = 1.0   # an ended row's draw is thrown away; it only has to use up its share
+            probs = whole.index_copy_(0, index, probs)
+        device = self.generator.device if self.generator is not None else probs.device
+        drawn = torch.multinomial(probs.to(device), 1, generator=self.generator).squeeze(1).to(logits.device)
+        return drawn if index is None else drawn[index]
 
 
 def _transformers_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, stop_ids: set[int],

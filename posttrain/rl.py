@@ -284,10 +284,11 @@ class RolloutGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose rollouts on the plain transformers path (no vLLM, no ZeRO-3 or FSDP, no
     continuous batching, text only) come from posttrain.generation.decode: a row that has ended
     leaves the batch and its KV cache, where `generate` carries every row to the longest one, and
-    the cache is allocated once. The tokens are drawn with TRL's generation config and its logits
-    processors, from a generator seeded by the step, so a resumed run draws what the uninterrupted
-    one did. 64 rollouts of up to 144 tokens: 1.5 s instead of 2.3 s on 2 CPU cores
-    (bench/results/rl_step.json)."""
+    the cache is allocated once. The tokens are drawn as `generate` draws them (TRL's generation
+    config and its logits processors, the global RNG, one draw for the whole batch per token), so
+    the rollouts are the ones TRL's own path would sample, token for token
+    (tests/test_rl_rollouts.py): 64 rollouts of up to 144 tokens in 1.5 s instead of 2.3 s on 2
+    CPU cores (bench/results/time_bound.md)."""
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         from trl.models import unwrap_model_for_generation
@@ -303,11 +304,10 @@ class RolloutGRPOTrainer(GRPOTrainer):
         prompts = [torch.tensor(ids) for ids in prompt_ids]
         ids = pad(prompts, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)
         mask = pad([torch.ones_like(t) for t in prompts], padding_value=0, padding_side="left").to(device)
-        seed = (self.args.seed * 1_000_003 + self.state.global_step) * 1009 + self.accelerator.process_index
         with (unwrap_model_for_generation(self.model_wrapped, self.accelerator, generation_kwargs=self.generation_kwargs,
                                           gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model,
               torch.no_grad()):
-            pick = TokenPicker(model, ids, torch.Generator(device).manual_seed(seed), generation_config=self.generation_config)
+            pick = TokenPicker(model, ids, None, generation_config=self.generation_config, whole_batch=True)
             if pick.stateful:   # e.g. a repetition penalty reads each row's tokens so far
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                      has_tool_images)

@@ -1,7 +1,6 @@
 """GRPO rollouts on the plain transformers path come from posttrain.generation.decode (finished
-rows leave the batch): the same tokens as TRL's `generate` when the draw is forced, the draws
-fixed by the step (a resumed run samples what the uninterrupted one did), TRL's own path where a
-logits processor needs every row's history."""
+rows leave the batch): the tokens TRL's `generate` gives, forced or sampled from the same RNG
+state, and TRL's own path where a logits processor needs every row's history."""
 import pytest
 import torch
 
@@ -55,15 +54,31 @@ def test_forced_draws_give_the_tokens_of_trls_generate_and_stop_at_the_first_eos
     assert len(ours[2]) == 12
 
 
-def test_draws_are_fixed_by_the_step(tokenizer, tmp_path):
+def test_sampled_rollouts_are_the_ones_trls_generate_draws_from_the_same_rng_state(tokenizer, tmp_path):
+    """Rows that end early leave our batch but keep their share of every draw: the rows still
+    decoding get generate's tokens, and the RNG ends where generate leaves it (what a resume restores)."""
+    from trl import GRPOTrainer
+
     trainer = _trainer(tokenizer, tmp_path)
     prompts = _prompts(tokenizer) * 4
-    first = trainer._generate_single_turn(prompts, None, {}, 2)[0]
-    assert trainer._generate_single_turn(prompts, None, {}, 2)[0] == first
-    trainer.state.global_step = 5
-    later = trainer._generate_single_turn(prompts, None, {}, 2)[0]
-    assert later != first
-    assert len({tuple(c) for c in later}) > 1, "sampled rows of the same prompt all alike"
+    torch.manual_seed(7)
+    sampled = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
+    assert len({tuple(c) for c in sampled}) > 1, "sampled rows of the same prompt all alike"
+    # The most frequent sampled token becomes an eos: rows end at different lengths.
+    counts = {}
+    for completion in sampled:
+        for token in completion:
+            counts[token] = counts.get(token, 0) + 1
+    trainer.eos_token_ids = [*trainer.eos_token_ids, max(counts, key=counts.get)]
+    _force(trainer, eos_token_id=trainer.eos_token_ids)
+    torch.manual_seed(7)
+    theirs = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
+    after_theirs = torch.get_rng_state()
+    torch.manual_seed(7)
+    ours = trainer._generate_single_turn(prompts, None, {}, 2)[0]
+    assert ours == theirs
+    assert torch.equal(torch.get_rng_state(), after_theirs)
+    assert len({len(c) for c in ours}) > 2 and min(len(c) for c in ours) < 12
 
 
 def test_a_processor_that_reads_each_rows_history_keeps_trls_path(tokenizer, tmp_path, monkeypatch):
