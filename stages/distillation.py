@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 from trl import SFTTrainer
 
-from posttrain.chat import render_prompt
+from posttrain.chat import assemble_response, parse_response, render_prompt
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import DistillationStageConfig
 from posttrain.dataio import read_jsonl, write_jsonl
@@ -23,7 +23,7 @@ from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import common_args, numeric_log, peft_config, require_rows, resume_point, sft_args, sft_dataset, summary
 
-STAGE_VERSION = "distillation/2"
+STAGE_VERSION = "distillation/3"
 
 
 def trusted(text: str, row: dict) -> bool:
@@ -34,6 +34,32 @@ def trusted(text: str, row: dict) -> bool:
     else:
         shape_ok = thinking is None or mode_ok(text, thinking)
     return shape_ok and verify_row(text, row)[0] == 1
+
+
+def no_think_form(thinking_reply: str, row: dict) -> str | None:
+    """A verified thinking-mode reply as the `/no_think` reply `row` asks for: its answer after an
+    empty think block (mode fusion's no-think pairs), if that still passes `row`'s checks."""
+    text = assemble_response("", parse_response(thinking_reply).answer)
+    return text if trusted(text, row) else None
+
+
+def with_no_think_from_thinking(teacher, tokenizer, chat, prompts: list[dict], texts: list[str | None],
+                                max_new_tokens: int) -> list[str | None]:
+    """A `/no_think` prompt whose reply was refused is asked again in thinking mode, and the verified
+    answer is taught after an empty think block. Without this the switch hardly reaches the student:
+    a teacher that answers math right mostly when it thinks (the default's: 1% without) has almost
+    no verified `/no_think` math reply, and students followed `/no_think` on 25-71% of prompts
+    (bench/results/time_bound.md)."""
+    refused = [i for i, (p, t) in enumerate(zip(prompts, texts)) if t is None and p.get("thinking") is False]
+    if not refused:
+        return texts
+    thought = generate_replies(teacher, tokenizer, chat, [(prompts[i]["prompt"], True) for i in refused],
+                               max_new_tokens=max_new_tokens, desc="teacher responses, thinking, for /no_think")
+    texts = list(texts)
+    for i, (g,) in zip(refused, thought):
+        if not g.truncated and trusted(g.text, {**prompts[i], "thinking": True}):
+            texts[i] = no_think_form(g.text, prompts[i])
+    return texts
 
 
 def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
@@ -56,10 +82,12 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
                                max_new_tokens=config.max_new_tokens, desc="teacher responses")
 
     # Keep only responses the verifiers accept: the student should not learn the teacher's mistakes.
-    rows = [{"messages": p["prompt"] + [{"role": "assistant", "content": g.text}], "thinking": p.get("thinking"),
-             "kind": p["kind"]}
-            for p, (g,) in zip(prompts, replies)
-            if not config.verified_only or (not g.truncated and trusted(g.text, p))]
+    texts = [g.text if not config.verified_only or (not g.truncated and trusted(g.text, p)) else None
+             for p, (g,) in zip(prompts, replies)]
+    if config.verified_only:
+        texts = with_no_think_from_thinking(teacher, tokenizer, chat, prompts, texts, config.max_new_tokens)
+    rows = [{"messages": p["prompt"] + [{"role": "assistant", "content": t}], "thinking": p.get("thinking"),
+             "kind": p["kind"]} for p, t in zip(prompts, texts) if t is not None]
     rows = require_rows(rows, "distillation", f"the teacher's verified responses to {len(prompts)} prompts (check the "
                         "teacher's gate results, or set stages.distillation.verified_only: false)")
     release(teacher)
