@@ -135,6 +135,11 @@ def assemble_response(reasoning: str, answer: str) -> str:
     return f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n{answer}"
 
 
+def without_thinking(reply: str) -> str:
+    """A thinking-mode reply's answer after an empty think block: the same reply in `/no_think` form."""
+    return assemble_response("", parse_response(reply).answer)
+
+
 def conversation(question: str, response: str, thinking: bool | None) -> list[dict]:
     return [user_turn(question, thinking), {"role": "assistant", "content": response}]
 

@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 from trl import SFTTrainer
 
-from posttrain.chat import assemble_response, parse_response, render_prompt
+from posttrain.chat import render_prompt, without_thinking
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import DistillationStageConfig
 from posttrain.dataio import read_jsonl, write_jsonl
@@ -39,7 +39,7 @@ def trusted(text: str, row: dict) -> bool:
 def no_think_form(thinking_reply: str, row: dict) -> str | None:
     """A verified thinking-mode reply as the `/no_think` reply `row` asks for: its answer after an
     empty think block (mode fusion's no-think pairs), if that still passes `row`'s checks."""
-    text = assemble_response("", parse_response(thinking_reply).answer)
+    text = without_thinking(thinking_reply)
     return text if trusted(text, row) else None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from trl import SFTTrainer
 
-from posttrain.chat import assemble_response, parse_response
+from posttrain.chat import without_thinking
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ModeFusionSFTConfig
 from posttrain.dataio import read_jsonl, write_jsonl
@@ -29,8 +29,7 @@ def no_think_copy(row: dict) -> dict:
     has to learn to read it (unpaired, a tiny model keys on the question wording instead and falls
     into the wrong mode on unseen templates: measured on held-out sets)."""
     *prompt, reply = row["messages"]
-    answer = parse_response(reply["content"]).answer
-    return {**row, "messages": prompt + [{"role": "assistant", "content": assemble_response("", answer)}],
+    return {**row, "messages": prompt + [{"role": "assistant", "content": without_thinking(reply["content"])}],
             "thinking": False, "source": "no_think_pair"}
 
 
