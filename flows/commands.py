@@ -8,6 +8,7 @@ A refusal is a :class:`CommandError`, one line the CLI prints as ``error: ...``.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,12 @@ def _deployment_served(client, deployment_id) -> tuple[bool, str]:
 
 def _run_dir(run) -> Path:
     """The run folder of a pipeline flow run: <runs of its config_path parameter>/<flow run id>."""
+    cfg = _config(run)
+    return cfg.path(cfg.paths.runs) / str(run.id)
+
+
+def _config(run):
+    """The config a pipeline flow run was started with (its config_path parameter)."""
     from posttrain.config import ConfigError, load_config
 
     config_path = (run.parameters or {}).get("config_path")
@@ -100,7 +107,7 @@ def _run_dir(run) -> Path:
         cfg = load_config(path)
     except (ConfigError, OSError) as exc:
         raise CommandError(f"cannot locate the run folder of flow run {run.id}: its config {path}: {exc}") from None
-    return cfg.path(cfg.paths.runs) / str(run.id)
+    return cfg
 
 
 def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
@@ -145,6 +152,12 @@ def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
         state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))))
     for task_run in left:
         client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+    with contextlib.suppress(Exception):  # the registry's record of the killed stage; resuming matters more
+        from posttrain.registry import Registry
+
+        closed = Registry.for_config(_config(run)).end_abandoned_training(str(run.id))
+        if closed:
+            say(f"flow run {run.id}: training run(s) {', '.join(closed)} it left RUNNING in the registry marked KILLED")
     say(f"flow run {run.id} ({run.name}): {message}")
 
 

@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -280,6 +281,11 @@ class DistillationStageConfig(GenerationEngine, Placed):
 
     max_new_tokens: int = Field(160, ge=8)
     verified_only: bool = True  # train only on teacher responses the verifiers accept
+    # A prompt whose greedy reply is refused is sampled again `resample` times at `resample_temperature`
+    # (rows of `resample_kinds`, every kind when unset); the first verified sample is taught.
+    resample: int = Field(0, ge=0)
+    resample_temperature: float = Field(0.8, gt=0)
+    resample_kinds: list[TaskKind] | None = None
     sft: SFTTrainerConfig = SFTTrainerConfig(learning_rate=1e-3, epochs=2)
     on_policy_steps: int = Field(0, ge=0)  # TRL DistillationTrainer (generalised JSD) after the SFT phase
     on_policy_learning_rate: float = Field(5e-5, gt=0)
@@ -457,14 +463,19 @@ def config_hash(model: BaseModel) -> str:
 MAX_LISTED_ERRORS = 20
 
 
+def without_credentials(text: str) -> str:
+    """`text` with the user:password of any URI in it masked: a config error is printed and logged."""
+    return re.sub(r"(?<=://)[^/@\s'\"]*@", "***@", text)
+
+
 def _format_errors(errors: list[dict], source: str, where=None) -> str:
     """One line per error, `<where>: field: message (got value)`, where `where(loc)` says the file
     and line of the field (default: the file); values and messages capped, at most 20 errors."""
     lines = [f"invalid config {source}:"]
     for e in errors[:MAX_LISTED_ERRORS]:
         field = ".".join(str(p) for p in e["loc"]) or "<top level>"
-        got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {short(e.get('input'))})"
-        lines.append(f"  - {where(tuple(e['loc'])) if where else source}: {field}: {clip(e['msg'], 1000)}{got}")
+        got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {without_credentials(short(e.get('input')))})"
+        lines.append(f"  - {where(tuple(e['loc'])) if where else source}: {field}: {clip(without_credentials(e['msg']), 1000)}{got}")
     if len(errors) > MAX_LISTED_ERRORS:
         lines.append(f"  ... and {len(errors) - MAX_LISTED_ERRORS} more")
     return "\n".join(lines)

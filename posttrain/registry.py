@@ -421,6 +421,16 @@ class Registry:
         with self._mutation():
             self.client.set_terminated(run_id, status)
 
+    def end_abandoned_training(self, flow_run: str, status: str = "KILLED") -> list[str]:
+        """Close the training runs a flow run left RUNNING when its process was killed (nothing
+        else would: the UI showed them in progress forever); their run ids."""
+        runs = self.client.search_runs([self._experiment()],
+                                       filter_string=f"tags.flow_run = '{flow_run}' and attributes.status = 'RUNNING'")
+        with self._mutation():
+            for run in runs:
+                self.client.set_terminated(run.info.run_id, status)
+        return [run.info.run_id for run in runs]
+
     def discard_training(self, run_id: str) -> None:
         """Delete a run in which nothing trained (the stage came from the cache)."""
         with self._mutation():

@@ -23,7 +23,7 @@ from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import common_args, numeric_log, peft_config, require_rows, resume_point, sft_args, sft_dataset, summary
 
-STAGE_VERSION = "distillation/3"
+STAGE_VERSION = "distillation/4"
 
 
 def trusted(text: str, row: dict) -> bool:
@@ -41,6 +41,25 @@ def no_think_form(thinking_reply: str, row: dict) -> str | None:
     empty think block (mode fusion's no-think pairs), if that still passes `row`'s checks."""
     text = without_thinking(thinking_reply)
     return text if trusted(text, row) else None
+
+
+def with_resampled(teacher, tokenizer, chat, config: DistillationStageConfig, prompts: list[dict],
+                   texts: list[str | None], seed: int) -> list[str | None]:
+    """Rejection sampling from the teacher for the prompts its greedy reply failed: `config.resample`
+    samples each, in the prompt's own mode, the first verified one kept. Greedy decoding alone
+    keeps only the prompts the teacher gets right every time, and instruction rows are then too
+    few for the student to follow instructions as its teacher does (bench/results/time_bound.md)."""
+    kinds = config.resample_kinds
+    refused = [i for i, (p, t) in enumerate(zip(prompts, texts)) if t is None and (kinds is None or p["kind"] in kinds)]
+    if not config.resample or not refused:
+        return texts
+    drawn = generate_replies(teacher, tokenizer, chat, [(prompts[i]["prompt"], prompts[i].get("thinking")) for i in refused],
+                             max_new_tokens=config.max_new_tokens, do_sample=True, temperature=config.resample_temperature,
+                             num_samples=config.resample, seed=seed, desc="teacher responses, resampled")
+    texts = list(texts)
+    for i, samples in zip(refused, drawn):
+        texts[i] = next((g.text for g in samples if not g.truncated and trusted(g.text, prompts[i])), None)
+    return texts
 
 
 def with_no_think_from_thinking(teacher, tokenizer, chat, prompts: list[dict], texts: list[str | None],
@@ -85,6 +104,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     texts = [g.text if not config.verified_only or (not g.truncated and trusted(g.text, p)) else None
              for p, (g,) in zip(prompts, replies)]
     if config.verified_only:
+        texts = with_resampled(teacher, tokenizer, chat, config, prompts, texts, inputs.seed)
         texts = with_no_think_from_thinking(teacher, tokenizer, chat, prompts, texts, config.max_new_tokens)
     rows = [{"messages": p["prompt"] + [{"role": "assistant", "content": t}], "thinking": p.get("thinking"),
              "kind": p["kind"]} for p, t in zip(prompts, texts) if t is not None]
@@ -117,6 +137,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
         train_metrics={"teacher_samples_kept": len(rows), "teacher_samples": len(prompts),
                        "teacher_tokens": float(sum(g.num_tokens for (g,) in replies)),
                        "kept_no_think": float(sum(r["thinking"] is False for r in rows)),
+                       "kept_instruction": float(sum(r["kind"] == "instruction" for r in rows)),
                        "parameter_ratio": ratio, **summary(log, ("loss", "mean_token_accuracy"))},
         wall_s=time.time() - started,
     )

@@ -325,6 +325,14 @@ def test_resume_a_run_whose_process_was_killed_inside_a_stage(project, prefect_s
     assert final["cold_start_sft"]["cached"] and not final["reasoning_rl"]["cached"]
     _assert_rl_resumed_from(final["reasoning_rl"], resume_step)
     _assert_registry_consistent(project)
+    # The killed stage's training run is closed (KILLED), not left RUNNING in the registry's UI.
+    from posttrain.config import load_config
+
+    registry = Registry.for_config(load_config(config))
+    runs = registry.client.search_runs([registry._experiment()], filter_string=f"tags.flow_run = '{run_id}'")
+    statuses = [(r.data.tags.get("stage"), r.info.status) for r in runs]
+    assert ("reasoning_rl", "KILLED") in statuses and ("reasoning_rl", "FINISHED") in statuses, statuses
+    assert not any(status == "RUNNING" for _, status in statuses) and "marked KILLED" in said, statuses
     record = read_record(run_dir)
     assert record.ended and record.error is None and record.process.pid == resumed.pid
     code, out, _ = cli_out("status", "--config", config)

@@ -91,6 +91,10 @@ def test_registry_location_is_a_folder_or_an_http_server(tmp_path):
                       ("https://user:secret@host", "MLFLOW_TRACKING_TOKEN")):
         message = config_error(tmp_path, f"paths: {{registry: '{bad}'}}\n")
         assert "paths.registry" in message and says in message, message
+    # The refused URI is quoted back without its password (the error is printed and logged).
+    for uri in ("https://bob:hunter2@host:5000", "ftp://bob:hunter2@host"):
+        message = config_error(tmp_path, f"paths: {{registry: '{uri}'}}\n")
+        assert "hunter2" not in message and "://***@host" in message, message
 
 
 def test_unreachable_server_is_a_clear_error(tmp_path):
