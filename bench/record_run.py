@@ -26,7 +26,7 @@ def main() -> None:
     report = RunReport.read(args.report)
     summary = {
         "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": report.machine or f"{platform.machine()}, {os.cpu_count()} cores",
         "run_id": report.run_id, "flow_wall_s": report.wall_s, "total_wall_s": args.total_wall_s,
         "stages": [{"name": s.name, "status": s.status, "cached": s.cached, "wall_s": s.wall_s,
                     "gate_passed": s.gate.passed if s.gate else None, "eval": s.eval} for s in report.stages],

@@ -16,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from flows.remote import check_work_pools
 from flows.tasks import call_cached, code_state, evaluate_checkpoint, run_stage
 from posttrain.config import STAGES, PipelineConfig, config_hash
+from posttrain.env import machine
 from posttrain.gates import carried_checks, judge
 from posttrain.prepared import PreparedData, prepare
 from posttrain.registry import Registry
@@ -66,7 +67,7 @@ class ChainRun:
         self.started = self.stage_started = started
         self.storage = cfg.path(cfg.paths.runs) / "prefect-results"
         self.log = get_run_logger()
-        self.report = RunReport(run_id=run_id, config=config_path)
+        self.report = RunReport(run_id=run_id, config=config_path, machine=machine())
         self.evals: dict[str, EvalResult] = {}
         self.training_runs: dict[str, str] = {}  # stage -> the MLflow run it trained in (this flow run)
 

@@ -98,7 +98,8 @@ def plot_budget(report: RunReport, out: Path) -> bool:
 def render_markdown(report: RunReport) -> str:
     stages = report.stages
     lines = [f"# Report card — run {report.run_id}", "",
-             f"config `{report.config}` · wall time {report.wall_s:.0f} s · code sandbox: {report.sandbox}", ""]
+             f"config `{report.config}` · wall time {report.wall_s:.0f} s · code sandbox: {report.sandbox}"
+             + (f" · machine: {report.machine}" if report.machine else ""), ""]
     header = "| capability | " + " | ".join(s.name for s in stages) + " |"
     lines += [header, "|" + "---|" * (len(stages) + 1)]
     for key in capability_rows(stages):

@@ -106,6 +106,7 @@ class RunReport(BaseModel):
     config: str = ""
     wall_s: float = 0.0
     sandbox: str = "not used"
+    machine: str = ""   # posttrain.env.machine(): the CPU type decides float results
     stages: list[StageEntry] = Field(default_factory=list)
 
     def stage(self, name: str) -> StageEntry | None:
