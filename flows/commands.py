@@ -88,9 +88,9 @@ def _deployment_served(client, deployment_id) -> tuple[bool, str]:
     return bool(fresh and status == "READY"), f"deployment {dep.name!r}"
 
 
-def _run_dir(run) -> Path:
+def _run_dir(run, cfg=None) -> Path:
     """The run folder of a pipeline flow run: <runs of its config_path parameter>/<flow run id>."""
-    cfg = _config(run)
+    cfg = cfg or _config(run)
     return cfg.path(cfg.paths.runs) / str(run.id)
 
 
@@ -127,7 +127,8 @@ def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
         raise CommandError(f"{what}: the process that set it has not started the flow, so no process record names "
                            "it and whether it is gone cannot be told; if it is, set the run Crashed in the UI and "
                            "resume")
-    run_dir = _run_dir(run)
+    cfg = _config(run)
+    run_dir = _run_dir(run, cfg)
     where = run_dir / liveness.RECORD_FILE
     record = liveness.read_record(run_dir)
     if record is None:
@@ -155,7 +156,7 @@ def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
     with contextlib.suppress(Exception):  # the registry's record of the killed stage; resuming matters more
         from posttrain.registry import Registry
 
-        closed = Registry.for_config(_config(run)).end_abandoned_training(str(run.id))
+        closed = Registry.for_config(cfg).end_abandoned_training(str(run.id))
         if closed:
             say(f"flow run {run.id}: training run(s) {', '.join(closed)} it left RUNNING in the registry marked KILLED")
     say(f"flow run {run.id} ({run.name}): {message}")
