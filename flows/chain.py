@@ -109,7 +109,8 @@ class ChainRun:
     def train(self, name: str, parent: StageEntry) -> tuple[StageResult, bool]:
         """The stage's result, from the cache when its inputs are unchanged; (result, cached). The
         stage trains in an MLflow run opened here, so its curves reach the registry while it runs;
-        the run is closed with the stage (deleted if the stage came from the cache)."""
+        the run is closed with the stage (deleted if the stage came from the cache, or if the stage was a
+        remote run an interrupted attempt dispatched: that one keeps the run it trained in)."""
         self.stage_started = time.time()
         entry = StageEntry(name=name)  # "failed" until recorded: a crash leaves the report saying where
         self.report.stages.append(entry)
@@ -125,18 +126,20 @@ class ChainRun:
             self.log.info(f"{name}: training curves live at {url}")
         try:
             result, cached = call_cached(run_stage, self.force, self.storage, name=name, config=self.cfg, inputs=inputs)
-        except Exception:
+        except Exception as exc:
             entry.wall_s = time.time() - self.stage_started
             self.write()
             with contextlib.suppress(Exception):  # the stage's own error is the one to report
-                self.registry.end_training(inputs.tracking.run_id, "FAILED")
+                for run_id in {inputs.tracking.run_id, getattr(exc, "trained_in", None)} - {None}:
+                    self.registry.end_training(run_id, "FAILED")
             raise
-        if cached:
+        # A cached stage trained in no run; an adopted remote one trained in the run its first dispatch opened.
+        trained_in = None if cached else result.trained_in or inputs.tracking.run_id
+        if trained_in != inputs.tracking.run_id:
             self.registry.discard_training(inputs.tracking.run_id)
-        else:
-            self.registry.finish_training(inputs.tracking.run_id, self.cfg.stage(name).model_dump(mode="json"),
-                                          result.train_log)
-            self.training_runs[name] = inputs.tracking.run_id
+        if trained_in:
+            self.registry.finish_training(trained_in, self.cfg.stage(name).model_dump(mode="json"), result.train_log)
+            self.training_runs[name] = trained_in
         return result, cached
 
     def evaluate(self, name: str, result: StageResult, parent: StageEntry) -> EvalResult:

@@ -154,9 +154,10 @@ def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
     for task_run in left:
         client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
     with contextlib.suppress(Exception):  # the registry's record of the killed stage; resuming matters more
+        from flows.remote import adoptable_stages
         from posttrain.registry import Registry
 
-        closed = Registry.for_config(cfg).end_abandoned_training(str(run.id))
+        closed = Registry.for_config(cfg).end_abandoned_training(str(run.id), keep=adoptable_stages(run_dir))
         if closed:
             say(f"flow run {run.id}: training run(s) {', '.join(closed)} it left RUNNING in the registry marked KILLED")
     say(f"flow run {run.id} ({run.name}): {message}")

@@ -10,7 +10,9 @@ the stage's checkpoints, data and its result (`stage_result.json` in the stage's
 Caching is the chain's: the stage task's cache key ignores where a stage runs, so a Retry reuses a
 stage finished on any worker, and moving a stage to another pool reuses its cache. A flow killed
 while a remote stage runs leaves `dispatch.json` in the stage's work dir; on resume the same inputs
-adopt that flow run (still running, or finished) instead of dispatching the stage again.
+adopt that flow run (still running, or finished) instead of dispatching the stage again, and with it
+the MLflow run its dispatch opened (`trained_in` in dispatch.json): resume leaves that run open, and
+the chain closes it with the stage instead of opening a second one.
 """
 from __future__ import annotations
 
@@ -37,7 +39,9 @@ POLL_S = 2.0
 
 
 class RemoteStageFailed(RuntimeError):
-    pass
+    def __init__(self, message: str, trained_in: str | None = None):
+        super().__init__(message)
+        self.trained_in = trained_in   # the MLflow run the remote stage logged to
 
 
 @flow(name=STAGE_FLOW, log_prints=False)
@@ -74,7 +78,9 @@ def dispatch(name: str, cfg: PipelineConfig, inputs: StageInputs, placement: Wor
     attempts = record.get("attempts", 0) if record.get("key") == key else 0
     run_id = record.get("flow_run") if record.get("key") == key else None
     state = _state(run_id) if run_id else None
-    if state is not None and not (state.is_final() and not state.is_completed()):
+    tracking = inputs.tracking.run_id if inputs.tracking else None
+    if _adoptable(state):
+        tracking = record.get("trained_in", tracking)   # the dispatching attempt's MLflow run
         log.info(f"{name}: adopting flow run {run_id} on work pool {record.get('work_pool')} "
                  f"({state.name}) left by an interrupted run with the same inputs")
     else:
@@ -88,17 +94,19 @@ def dispatch(name: str, cfg: PipelineConfig, inputs: StageInputs, placement: Wor
                              idempotency_key=f"{key}:{attempts}", flow_run_name=f"{name}-{key[6:14]}")
         run_id = str(run.id)
         _write_json(work / DISPATCH_FILE, {"key": key, "flow_run": run_id, "work_pool": placement.work_pool,
-                                           "attempts": attempts})
+                                           "attempts": attempts, "trained_in": tracking})
         log.info(f"{name}: dispatched as flow run {run_id} to work pool {placement.work_pool}")
     state = _wait(name, run_id, placement)
     if not state.is_completed():
         raise RemoteStageFailed(f"stage {name} on work pool {placement.work_pool}: flow run {run_id} ended "
-                                f"{state.name}: {state.message or 'no message'} (see its logs in the Prefect UI)")
+                                f"{state.name}: {state.message or 'no message'} (see its logs in the Prefect UI)",
+                                trained_in=tracking)
     written = _read_json(work / RESULT_FILE)
     if not written or written.get("flow_run") != run_id:
         raise RemoteStageFailed(
             f"stage {name}: flow run {run_id} completed but its result is not in {work / RESULT_FILE}: does the "
-            f"worker of pool {placement.work_pool} see the project directory {PROJECT_ROOT} at the same path?")
+            f"worker of pool {placement.work_pool} see the project directory {PROJECT_ROOT} at the same path?",
+            trained_in=tracking)
     return StageResult.model_validate(written["result"])
 
 
@@ -139,6 +147,22 @@ def _state(run_id: str):
             return client.read_flow_run(uuid.UUID(run_id)).state
         except ObjectNotFound:
             return None
+
+
+def _adoptable(state) -> bool:
+    """A dispatched stage run that a resumed chain waits on again: still going, or completed."""
+    return state is not None and not (state.is_final() and not state.is_completed())
+
+
+def adoptable_stages(run_dir: Path) -> set[str]:
+    """Stages of a run folder dispatched to a work pool whose flow run a resume would adopt: their
+    MLflow runs are not abandoned (the worker's stage still logs to them, or has finished in them)."""
+    found = set()
+    for record_file in run_dir.glob(f"*/{DISPATCH_FILE}"):
+        record = _read_json(record_file) or {}
+        if record.get("flow_run") and _adoptable(_state(record["flow_run"])):
+            found.add(record_file.parent.name)
+    return found
 
 
 def _wait(name: str, run_id: str, placement: WorkPoolPlacement):

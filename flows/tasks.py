@@ -120,7 +120,7 @@ def execute_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> Sta
     if pause_stage == name:
         time.sleep(float(seconds))
     finish_attempt(work_dir)
-    return result
+    return result.model_copy(update={"trained_in": inputs.tracking.run_id if inputs.tracking else None})
 
 
 @task(name="evaluate", cache_key_fn=eval_cache_key, persist_result=True, result_serializer="json",

@@ -50,7 +50,7 @@ import tempfile
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -421,11 +421,14 @@ class Registry:
         with self._mutation():
             self.client.set_terminated(run_id, status)
 
-    def end_abandoned_training(self, flow_run: str, status: str = "KILLED") -> list[str]:
+    def end_abandoned_training(self, flow_run: str, status: str = "KILLED", keep: Iterable[str] = ()) -> list[str]:
         """Close the training runs a flow run left RUNNING when its process was killed (nothing
-        else would: the UI showed them in progress forever); their run ids."""
+        else would: the UI showed them in progress forever), except those of the stages in ``keep``
+        (still running elsewhere); their run ids."""
         runs = self.client.search_runs([self._experiment()],
                                        filter_string=f"tags.flow_run = '{flow_run}' and attributes.status = 'RUNNING'")
+        keep = set(keep)
+        runs = [run for run in runs if run.data.tags.get("stage") not in keep]
         with self._mutation():
             for run in runs:
                 self.client.set_terminated(run.info.run_id, status)

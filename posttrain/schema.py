@@ -78,6 +78,7 @@ class StageResult(BaseModel):
     policies: dict[str, str] = Field(default_factory=dict)  # RL: who generated rollouts, what the KL anchor is
     alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.RLAlerts)
     adapter: CheckpointRef | None = None    # a LoRA stage's adapter (its base is `parent`), merged into `checkpoint`
+    trained_in: str | None = None           # the MLflow run its trainers logged to (inputs.tracking of the execution)
 
 
 class StageEntry(BaseModel):

@@ -6,7 +6,8 @@ pipeline with cold-start SFT dispatched to that pool.
 The flow is killed while the remote stage runs; `posttrain resume` adopts the remote flow run
 instead of dispatching the stage again; a failure injected in the next stage fails the resumed run;
 a second resume (what the UI's Retry does) reuses the stage finished on the worker. One flow run of
-the stage deployment exists at the end, and the stage recorded the worker's process as its runner.
+the stage deployment exists at the end, the stage recorded the worker's process as its runner, and
+its one MLflow training run is the one its dispatch opened (FINISHED, with the worker's live curves).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, write_smoke_config
+from posttrain.config import load_config
+from posttrain.registry import Registry
 from test_deployments import _stop
 from test_fault_tolerance import _entries, _kill, _report, _tail, _wait_for, prefect_server  # noqa: F401
 
@@ -112,6 +115,16 @@ def test_stage_on_a_work_pool_is_adopted_on_resume_and_reused_on_retry(prefect_s
     entries = _entries(_report(run_dir))
     assert entries[STAGE]["status"] == "passed", entries
     assert "injected failure in stage reasoning_rl" in log2.read_text()
+    # The stage trained in the MLflow run its dispatch opened: resume neither killed it nor opened a
+    # second one for it; that run holds the curves the worker logged live, and the version points to it.
+    registry = Registry.for_config(load_config(config))
+    runs = registry.client.search_runs([registry._experiment()],
+                                       filter_string=f"tags.flow_run = '{run_id}' and tags.stage = '{STAGE}'")
+    assert [r.info.status for r in runs] == ["FINISHED"], [(r.info.run_id, r.info.status) for r in runs]
+    assert runs[0].info.run_id == dispatched["trained_in"] and runs[0].data.metrics, runs[0].data
+    version = registry.client.search_model_versions(f"name = '{registry.model_name}'")
+    assert [v.run_id for v in version if v.tags.get("stage") == STAGE] == [dispatched["trained_in"]]
+    assert "marked KILLED" not in log2.read_text(), _tail(log2)
 
     # 3. Retry: the stage finished on the worker is reused; nothing is dispatched again.
     log3 = tmp_path / "resume2.log"
