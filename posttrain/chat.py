@@ -10,6 +10,7 @@ translated at the boundary (`to_canonical` / `from_canonical`).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
@@ -147,24 +148,31 @@ def conversation(question: str, response: str, thinking: bool | None) -> list[di
 @dataclass(frozen=True)
 class ParsedResponse:
     reasoning: str | None   # None when there is no complete think block
-    answer: str             # text after the last </think>, or the whole response without one
+    answer: str             # text after the first </think>, or the whole response without one
     think_blocks: int       # number of <think> openings
     closed: bool            # a </think> exists
+    closes: int = 0         # number of </think> markers: a well-formed reply has exactly one
 
     @property
     def empty_think(self) -> bool:
-        return self.closed and self.think_blocks == 1 and not (self.reasoning or "").strip()
+        return self.closed and self.think_blocks == 1 and self.closes == 1 and not visible(self.reasoning or "")
 
 
-_THINK_RE = re.compile(re.escape(THINK_OPEN) + r"(.*?)" + re.escape(THINK_CLOSE), re.S)
+def visible(text: str) -> bool:
+    """Whether the text shows anything: not only whitespace and invisible format characters
+    (zero-width spaces and joiners, direction marks)."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
 
 
 def parse_response(text: str) -> ParsedResponse:
+    """The reply split as a reasoning parser serves it (vLLM's Qwen3 and DeepSeek-R1 parsers): the
+    answer is everything after the FIRST </think>, so a second </think> stays in the answer where
+    every check sees it (nothing can be hidden before it). Linear time in the length of the reply."""
     text = text.replace(IM_END, "")
-    opens = text.count(THINK_OPEN)
-    if THINK_CLOSE not in text:
-        return ParsedResponse(None, text.strip(), opens, False)
-    head, _, answer = text.rpartition(THINK_CLOSE)
-    match = _THINK_RE.search(text)
-    reasoning = match.group(1).strip() if match else head.replace(THINK_OPEN, "").strip()
-    return ParsedResponse(reasoning, answer.strip(), opens, True)
+    opens, closes = text.count(THINK_OPEN), text.count(THINK_CLOSE)
+    if not closes:
+        return ParsedResponse(None, text.strip(), opens, False, 0)
+    head, _, answer = text.partition(THINK_CLOSE)
+    start = head.find(THINK_OPEN)
+    reasoning = head[start + len(THINK_OPEN):] if start >= 0 else head
+    return ParsedResponse(reasoning.strip(), answer.strip(), opens, True, closes)

@@ -102,6 +102,28 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, sui
 
 def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]], desc: str,
               budget_curve: bool = False) -> EvalResult:
+    configs = cfg.data.suites()
+    generations = suite_generations(model, tokenizer, cfg, rows, desc)
+    metrics, per_item, samples = {}, {}, []
+    for s in configs:
+        suite_metrics_, suite_items = score_suite(s, rows[s.name], generations[s.name])
+        metrics.update(suite_metrics_)
+        per_item.update(suite_items)
+        samples += [{"suite": s.name, "question": r["prompt"][-1]["content"], "response": g[0].text}
+                    for r, g in list(zip(rows[s.name], generations[s.name]))[:2]]
+    suite_name = cfg.budget_curve_suite()
+    if budget_curve and suite_name is not None:
+        curve_metrics, curve_items = thinking_budget_curve(model, tokenizer, cfg, rows[suite_name],
+                                                           generations[suite_name], suite_name, desc)
+        metrics.update(curve_metrics)
+        per_item.update(curve_items)
+    return EvalResult(metrics=metrics, per_item=per_item, samples=samples,
+                      items={s.name: len(rows[s.name]) for s in configs})
+
+
+def suite_generations(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]],
+                      desc: str) -> dict[str, list[list[Generation]]]:
+    """The replies to every suite's rows, drawn as the suite says (what score_suite scores)."""
     settings = cfg.base.settings()
     configs = cfg.data.suites()
     options = dict(max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size)
@@ -122,22 +144,7 @@ def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]]
                 model, tokenizer, settings.chat, [(r["prompt"], row_mode(s, r)) for r in rows[s.name]],
                 do_sample=True, temperature=s.sampling.temperature, top_p=s.sampling.top_p,
                 num_samples=s.sampling.samples, seed=s.sampling.seed, desc=f"{desc} ({s.name})", **options)
-
-    metrics, per_item, samples = {}, {}, []
-    for s in configs:
-        suite_metrics_, suite_items = score_suite(s, rows[s.name], generations[s.name])
-        metrics.update(suite_metrics_)
-        per_item.update(suite_items)
-        samples += [{"suite": s.name, "question": r["prompt"][-1]["content"], "response": g[0].text}
-                    for r, g in list(zip(rows[s.name], generations[s.name]))[:2]]
-    suite_name = cfg.budget_curve_suite()
-    if budget_curve and suite_name is not None:
-        curve_metrics, curve_items = thinking_budget_curve(model, tokenizer, cfg, rows[suite_name],
-                                                           generations[suite_name], suite_name, desc)
-        metrics.update(curve_metrics)
-        per_item.update(curve_items)
-    return EvalResult(metrics=metrics, per_item=per_item, samples=samples,
-                      items={s.name: len(rows[s.name]) for s in configs})
+    return generations
 
 
 def think_length(tokenizer, text: str) -> int | None:

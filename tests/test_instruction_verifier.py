@@ -57,10 +57,10 @@ def test_degenerate_reason_names_why(text, reference, reason):
 def test_real_replies_are_not_degenerate_and_their_junk_twins_are():
     real = [("5", "5"), ("\\boxed{42}", "42"), ('{"answer": 42}', "42"), ("Tuesday", None), ("冷", "热"),
             ("星期三", "Wednesday"), ("fifty-seven", "五十七"), ("go home now", None), ("二十二", None),
-            ("ab " * 3000 + "cd", None)]  # long, and not one phrase repeated
+            (" ".join("".join(chr(97 + i // 26 ** k % 26) for k in range(3)) for i in range(3000)), None)]  # long
     junk = [("5 5", "5"), ("\\boxed{}", "42"), ('{"answer": null}', "42"), ("Tuesday Tuesday", None),
             ("7", "热"), ("W", "Wednesday"), ("57", "五十七"), ("go home go home", None), ("二二", None),
-            ("ab " * 3000, None)]
+            ("ab " * 3000, None), ("ab " * 3000 + "cd", None)]  # the last: padding, not one phrase repeated
     assert [degenerate_reason(text, ref) for text, ref in real] == [None] * len(real)
     assert all(degenerate_reason(text, ref) for text, ref in junk)
 
@@ -210,7 +210,7 @@ def test_a_malformed_constraint_string_is_zero_reward_not_a_crash():
 
 
 def test_version_marks_the_new_semantics():
-    assert INSTRUCTION_VERSION == "instruction/2"
+    assert INSTRUCTION_VERSION == "instruction/3"
 
 
 # ---------------------------------------------------------------- the IFEval / Tulu-3 form

@@ -106,7 +106,7 @@ def test_worker_timeout_kills_and_respawns(monkeypatch):
     wait_worker_ready()
     old_pid = worker.WORKER.proc.pid
     monkeypatch.setattr(worker, "WORKER_CALL_S", 0.001)
-    v = verify_math(B("\\sin^2 x + \\cos^2 x"), "1")  # needs sympy.simplify: many ms
+    v = verify_math(B("\\sin^2 q + \\cos^2 q"), "1")  # needs sympy.simplify: many ms (and is asked first here)
     assert v.reason == "timeout" and v.reward == 0.0
     monkeypatch.setattr(worker, "WORKER_CALL_S", 0.6)
     wait_worker_ready()

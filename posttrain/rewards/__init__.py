@@ -13,42 +13,67 @@ from posttrain.chat import ChatConfig, parse_response, to_canonical
 from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok
 from posttrain.rewards.code_judge import code_execution
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION
-from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score
+from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score, tokens
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
 from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward
 from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math
 
 RewardFn = Callable[..., list[float | None]]
+DIRECT_VERSION = "direct/2"   # direct_match
 
 
 def completion_text(completion) -> str:
     if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
-        return "".join(m.get("content", "") for m in completion)
-    return completion
+        return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
+    return completion if isinstance(completion, str) else ""
+
+
+def prompt_text(prompt) -> str | None:
+    """The words a prompt puts to the model (a chat's user and system turns, or a plain string)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(m.get("content") or "" for m in prompt
+                         if isinstance(m, dict) and m.get("role") != "assistant" and isinstance(m.get("content"), str))
+    return None
 
 
 def _column(kwargs: dict, name: str, n: int, default=None) -> list:
     return kwargs.get(name) or [default] * n
 
 
-def _normalised_answer(text: str) -> str:
+def _normalised_answer(text: str, keep_case: bool = False) -> str:
     text = unicodedata.normalize("NFKC", text).strip().rstrip(".。!！").strip()
-    return text.casefold()
+    return text if keep_case else text.casefold()
+
+
+def _case_marked(reference: str) -> bool:
+    """A reference whose case is part of the answer ("STONE", "iPhone"): neither lower case nor
+    capitalised words ("paris", "Paris", "New York"), whose case a reply may change."""
+    text = unicodedata.normalize("NFKC", reference)
+    return text != text.lower() and not all(word[:1].upper() + word[1:].lower() == word for word in text.split())
 
 
 def direct_match(response: str, reference: str) -> float:
-    """A `direct` task: the reply after the think block equals the reference answer, up to case,
-    Unicode width and a final full stop."""
-    answer = _normalised_answer(parse_response(response).answer)
-    return float(bool(answer) and answer == _normalised_answer(reference))
+    """A `direct` task: the reply after the think block equals the reference answer, up to Unicode
+    width, a final full stop and case, unless the reference's case is part of it (`_case_marked`:
+    "Write stone in capital letters" wants STONE, not stone)."""
+    if not isinstance(response, str) or not isinstance(reference, str):
+        return 0.0
+    keep_case = _case_marked(reference)
+    answer = _normalised_answer(parse_response(response).answer, keep_case)
+    return float(bool(answer) and answer == _normalised_answer(reference, keep_case))
 
 
 def correctness(completions, answer, **kwargs) -> list[float | None]:
-    """Verified against the gold answer, by task kind: math (the math verifier) or direct
-    (normalised match); other kinds have their own rewards."""
-    kinds = _column(kwargs, "kind", len(completions), "math")
-    checks = {"math": lambda c, a: verify_math(c, a).reward, "direct": direct_match}
-    return [checks[k](completion_text(c), a) if k in checks else None for c, a, k in zip(completions, answer, kinds)]
+    """Verified against the gold answer, by task kind: math (the math verifier, told the prompt so
+    that restating the question is not an answer) or direct (normalised match); other kinds have
+    their own rewards."""
+    n = len(completions)
+    kinds, prompts = _column(kwargs, "kind", n, "math"), _column(kwargs, "prompts", n, None)
+    checks = {"math": lambda c, a, p: verify_math(c, a, prompt_text(p)).reward, "direct": lambda c, a, p: direct_match(c, a)}
+    return [checks[k](completion_text(c), a, p) if k in checks else None
+            for c, a, k, p in zip(completions, answer, kinds, prompts)]
 
 
 def on_whole_replies(fn: RewardFn, chat: ChatConfig) -> RewardFn:
@@ -78,11 +103,13 @@ def mode(completions, **kwargs) -> list[float | None]:
 
 
 def language_consistency(completions, language, **kwargs) -> list[float | None]:
+    """The share of the reasoning's words in the prompt's language; 0 for a reply that reasons
+    but never answers (nothing after `</think>` but markup: an empty `\\boxed{}` earns nothing)."""
     out: list[float | None] = []
     for c, lang in zip(completions, language):
-        reasoning = parse_response(completion_text(c)).reasoning
-        share = language_share(reasoning, lang) if reasoning else None
-        out.append(share)
+        parsed = parse_response(completion_text(c))
+        share = language_share(parsed.reasoning, lang) if parsed.reasoning else None
+        out.append(0.0 if share is not None and not tokens(parsed.answer) else share)
     return out
 
 
@@ -101,7 +128,7 @@ def verify_row(response: str, row: dict) -> tuple[float, str]:
     rejection sampling keeps, distillation trusts and evaluation counts as correct."""
     kind = row.get("kind", "math")
     if kind == "math":
-        verdict = verify_math(response, row["answer"])
+        verdict = verify_math(response, row["answer"], prompt_text(row.get("prompt")))
         return verdict.reward, verdict.reason
     if kind == "direct":
         score = direct_match(response, row["answer"])
@@ -132,6 +159,7 @@ REWARD_FACTORIES: dict[str, Callable[..., RewardFn]] = {
 
 VERIFIER_VERSIONS = {
     "math": MATH_VERIFIER_VERSION,
+    "direct": DIRECT_VERSION,
     "format": FORMAT_VERSION,
     "mode": FORMAT_VERSION,
     "language": LANGUAGE_VERSION,

@@ -25,7 +25,7 @@ from opencc import OpenCC
 from posttrain.chat import parse_response
 from posttrain.rewards.language import language_share
 
-INSTRUCTION_VERSION = "instruction/2"
+INSTRUCTION_VERSION = "instruction/3"
 _CJK_CLASS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK = re.compile(f"[{_CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
@@ -53,9 +53,19 @@ def tokens(text: str) -> list[str]:
     return [t.casefold() for t in _TOKEN.findall(_prose(text))]
 
 
+_KANA_HANGUL = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uac00-\ud7af\uff66-\uff9f]")
+_HUMP = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
 def count_words(text: str) -> int:
-    """CJK characters count one word each; so does every run of letters and every number."""
-    return len(tokens(text))
+    """CJK characters count one word each; so does every run of letters and every number, a
+    camelCase run counts its humps ("TheAnswerIsFive" is four words, not one) and kana and Hangul
+    count per syllable, as ideographs do (a word-count limit cannot be met by gluing words)."""
+    prose = _prose(text)
+    glued = sum(len(_HUMP.findall(run)) for run in re.findall(r"[A-Za-z]+", prose))
+    syllables = _KANA_HANGUL.findall(prose)
+    runs = len(re.findall(f"(?:{_KANA_HANGUL.pattern})+", prose))
+    return len(tokens(text)) + glued + len(syllables) - runs
 
 
 def _is_word(token: str) -> bool:
@@ -78,8 +88,23 @@ def _one_block_repeated(units: list[str]) -> bool:
 
 
 def _json_body(answer: str) -> str:
-    """The reply without a Markdown code fence around it."""
-    return re.sub(r"^```(?:json)?\s*|\s*```$", "", answer.strip())
+    """The reply without a Markdown code fence around it (string operations: a regex over a long
+    whitespace run backtracks quadratically)."""
+    body = answer.strip()
+    if body.startswith("```"):
+        body = body[3:]
+        body = body[4:] if body.startswith("json") else body
+    if body.endswith("```"):
+        body = body[:-3]
+    return body.strip()
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")   # json.loads accepts NaN and Infinity; the JSON standard does not
+
+
+def _load_json(answer: str):
+    return json.loads(_json_body(answer), parse_constant=_no_constant)
 
 
 def _json_leaves(answer: str) -> str | None:
@@ -88,7 +113,7 @@ def _json_leaves(answer: str) -> str | None:
     if not body.startswith(("{", "[")):
         return None
     try:
-        obj = json.loads(body)
+        obj = _load_json(body)
     except (ValueError, RecursionError):
         return None
     leaves, stack = [], [obj]
@@ -103,6 +128,12 @@ def _json_leaves(answer: str) -> str | None:
     return " ".join(leaves)
 
 
+# A reply of this many tokens or more that uses at most a fifth as many distinct ones is padding
+# ("the the ... the end" to reach a word count); natural English or Chinese of that length uses over
+# twice that share.
+_PADDING_MIN_TOKENS = 20
+
+
 def degenerate_reason(answer: str, reference: str | None = None) -> str | None:
     """Why `answer` (the reply after its think block) is no real reply; None when it is one.
 
@@ -110,15 +141,17 @@ def degenerate_reason(answer: str, reference: str | None = None) -> str | None:
     task's reference answer is a number, otherwise a word (a CJK ideograph, or a run of two or more
     letters). So these are degenerate: empty text, only special tokens (`<|im_end|>`), markup or
     punctuation, a single letter, digits alone where the task does not ask for a number (or has no
-    reference), and any reply that is one token or phrase repeated. A JSON reply is judged by its
-    values. The reference only decides which kind of token counts; it is never compared with the
-    reply (correctness is another reward's job)."""
+    reference), any reply that is one token or phrase repeated, and padding (`_PADDING_MIN_TOKENS`).
+    A JSON reply is judged by its values. The reference only decides which kind of token counts;
+    it is never compared with the reply (correctness is another reward's job)."""
     leaves = _json_leaves(answer)
     units = tokens(answer if leaves is None else leaves)
     if not units:
         return "no words: empty, or only special tokens, markup and punctuation"
     if len(units) >= 2 and _one_block_repeated(units):
         return "one token or phrase repeated"
+    if len(units) >= _PADDING_MIN_TOKENS and len(set(units)) * 5 <= len(units):
+        return "a few tokens said over and over (padding)"
     numeric_task = reference is not None and _NUMBER.fullmatch(str(reference).strip()) is not None
     if numeric_task:
         return None if any(u[0].isdigit() for u in units) else "the task asks for a number and the reply has none"
@@ -158,13 +191,32 @@ def _ignorable(ch: str) -> bool:
 _CJK_GAP = re.compile(f"(?<=[{_CJK_CLASS}])\\s+(?=[{_CJK_CLASS}])")
 
 
+@cache
+def _small_capitals() -> dict[int, str]:
+    """Small-capital letters (ᴀ ɴ ʀ, "LATIN LETTER SMALL CAPITAL A"), which NFKC keeps and the
+    confusables data does not map: to their lower-case letter."""
+    table = {}
+    for code in (*range(0x0250, 0x02B0), *range(0x1D00, 0x1D80), *range(0xA730, 0xA800)):
+        name = unicodedata.name(chr(code), "")
+        if name.startswith("LATIN LETTER SMALL CAPITAL ") and len(name.rsplit(" ", 1)[1]) == 1:
+            table[code] = name[-1].lower()
+    return table
+
+
+# Emphasis marks and separators a reply can put inside a word without changing how it reads:
+# "**ans**wer", "an_swer", "答·案".
+_INSIDE_WORD = re.compile(r"(?<=\w)[*_~`·‧・•∙⋅]+(?=\w)")
+
+
 def fold_text(text: str) -> str:
     """One spelling for text that looks or reads the same: NFKC (fullwidth and styled letters),
-    invisible characters and accents removed, confusable letters to their Latin skeleton, case
-    folded, traditional Chinese to simplified (OpenCC t2s), no spaces between CJK characters."""
+    invisible characters and accents removed, confusable letters and small capitals to their Latin
+    skeleton, emphasis marks and middle dots inside a word dropped, case folded, traditional Chinese
+    to simplified (OpenCC t2s), no spaces between CJK characters."""
     text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
     text = "".join(ch for ch in text if not _ignorable(ch))
-    text = unicodedata.normalize("NFKC", text).translate(_skeleton_table()).casefold()
+    text = unicodedata.normalize("NFKC", text).translate(_small_capitals()).translate(_skeleton_table())
+    text = _INSIDE_WORD.sub("", text).casefold()
     text = _to_simplified().convert(text)
     return _CJK_GAP.sub("", text)
 
@@ -198,7 +250,7 @@ def _forbidden(answer: str, c: dict) -> bool:
 
 def _json(answer: str, c: dict) -> bool:
     try:
-        obj = json.loads(_json_body(answer))
+        obj = _load_json(answer)
     except (ValueError, RecursionError):
         return False
     if not isinstance(obj, dict):
@@ -272,8 +324,12 @@ def _min_words(answer: str, c: dict) -> bool:
     return count_words(answer) >= c["value"]
 
 
+# Commas of every script, and look-alikes: NFKC maps fullwidth and small forms onto some of these.
+_COMMAS = frozenset(",，、﹐﹑､︐‚،⹁⸴⸲߸᠂᠈꓾\u0326")
+
+
 def _no_comma(answer: str, c: dict) -> bool:
-    return not any(ch in answer for ch in ",，、﹐")
+    return not any(ch in _COMMAS for text in (answer, unicodedata.normalize("NFKC", answer)) for ch in text)
 
 
 def _language(answer: str, c: dict) -> bool:
@@ -489,8 +545,8 @@ def _content(answer: str, constraints: list[dict]) -> str:
     format, not content ("done" alone does not answer a task that must end with "done")."""
     for c in constraints:
         split = {"starts_with": _split_start, "ends_with": _split_end}.get(c["type"])
-        rest = split(answer, c["value"]) if split else None
-        answer = answer if rest is None else rest
+        while split and (rest := split(answer, c["value"])) is not None and rest != answer:
+            answer = rest   # every copy: "done done" is the closing word twice, still no content
     return answer
 
 
@@ -504,7 +560,7 @@ def instruction_score(response: str, constraints: Any, partial: bool = False, *,
         if not isinstance(response, str):
             return 0.0
         parsed = parse_response(response)
-        if (parsed.think_blocks and not parsed.closed) or \
+        if (parsed.think_blocks and not parsed.closed) or parsed.closes > 1 or \
                 degenerate_reason(_content(parsed.answer, constraints), reference) is not None:
             return 0.0
         held = [check_constraint(response, c) for c in constraints]

@@ -1,24 +1,31 @@
 """Language consistency (DeepSeek-R1, sec. 2.3.2): the share of the reasoning's words that are in
-the prompt's target language. CJK characters count as one word each; Latin letter runs as words;
-digits and symbols are neutral."""
+the prompt's target language. CJK ideographs count as one word each; runs of Latin letters as words;
+runs of letters of any other script (Cyrillic, Greek, kana, Hangul, Arabic, ...) as words of neither
+target, so they lower either share; digits and symbols are neutral. Text is read after NFKC
+(fullwidth Latin is Latin). Script, not language: French passes as `en` (no language-ID model)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
-LANGUAGE_VERSION = "language/1"
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
+LANGUAGE_VERSION = "language/2"
+_CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_LATIN_CLASS = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff"
+_CJK = re.compile(f"[{_CJK_CLASS}]")
+_LATIN_WORD = re.compile(f"[{_LATIN_CLASS}]+")
+_OTHER_WORD = re.compile(f"(?:(?![{_LATIN_CLASS}{_CJK_CLASS}])[^\\W\\d_])+")
 
 
-def word_counts(text: str) -> tuple[int, int]:
-    """(latin words, CJK characters)"""
-    return len(_LATIN_WORD.findall(text)), len(_CJK.findall(text))
+def word_counts(text: str) -> tuple[int, int, int]:
+    """(Latin words, CJK characters, words of other scripts)"""
+    text = unicodedata.normalize("NFKC", text)
+    return len(_LATIN_WORD.findall(text)), len(_CJK.findall(text)), len(_OTHER_WORD.findall(text))
 
 
 def language_share(text: str, target: str) -> float | None:
     """Share of words in `target` ('en' or 'zh'); None when the text has no words at all."""
-    latin, cjk = word_counts(text)
-    total = latin + cjk
+    latin, cjk, other = word_counts(text)
+    total = latin + cjk + other
     if total == 0:
         return None
     return (cjk if target == "zh" else latin) / total

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from posttrain.rewards.math import verify_math
 
-LENGTH_VERSION = "length/1"  # Kimi k1.5 length reward
+LENGTH_VERSION = "length/2"  # Kimi k1.5 length reward; a reply with no answer gets its floor
 OVERLONG_VERSION = "overlong/1"  # DAPO soft overlong punishment
+NO_ANSWER = -0.5   # Kimi's lowest value: what the longest wrong answer of a group gets
 
 
 def kimi_length_rewards(lengths: list[int], correct: list[bool]) -> list[float]:
@@ -53,6 +54,12 @@ def dapo_overlong_penalty(length: int, max_length: int, cache_length: int) -> fl
     if length <= max_length:
         return (free - length) / cache_length
     return -1.0
+
+
+def prompt_text(prompt) -> str | None:
+    from posttrain.rewards import prompt_text
+
+    return prompt_text(prompt)
 
 
 def _texts(completions) -> list[str]:
@@ -97,12 +104,15 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0):
             return [0.0 if m else None for m in is_math]
         texts = _texts(completions)
         lengths = _lengths(texts, completion_ids)
+        prompts = kwargs.get("prompts") or [None] * n
         out: list[float | None] = [None] * n
         for start in range(0, n, num_generations):
             idx = [i for i in range(start, min(start + num_generations, n)) if is_math[i]]
-            correct = [verify_math(texts[i], answer[i]).reward == 1.0 for i in idx]
-            for i, r in zip(idx, kimi_length_rewards([lengths[i] for i in idx], correct)):
-                out[i] = r
+            verdicts = [verify_math(texts[i], answer[i], prompt_text(prompts[i])) for i in idx]
+            correct = [v.reward == 1.0 for v in verdicts]
+            for i, v, r in zip(idx, verdicts, kimi_length_rewards([lengths[i] for i in idx], correct)):
+                # A reply with no answer at all is not a short honest attempt: the floor, not 0.
+                out[i] = r if v.answer is not None else min(r, NO_ANSWER)
         return out
 
     return length

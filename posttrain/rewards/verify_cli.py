@@ -215,15 +215,19 @@ def check_code(obj: dict) -> dict:
 
 
 def _mode_problem(response: str, thinking: bool) -> str:
-    from posttrain.chat import THINK_OPEN, parse_response
+    from posttrain.chat import THINK_OPEN, parse_response, visible
 
     parsed = parse_response(response)
     if not parsed.closed:
         return "no closed think block"
     if parsed.think_blocks != 1:
         return f"{parsed.think_blocks} think blocks, expected 1"
+    if parsed.closes != 1:
+        return f"{parsed.closes} </think> markers, expected 1"
     if not response.lstrip().startswith(THINK_OPEN):
         return "text before the think block"
+    if not visible(parsed.answer):
+        return "no answer after the think block"
     return "empty reasoning under /think" if thinking else "reasoning under /no_think"
 
 
@@ -233,7 +237,10 @@ def _format_problem(response: str) -> str:
     answer = parse_response(response).answer
     if THINK_OPEN in answer:
         return "a think marker after the think block"
-    return f"{answer.count(chr(92) + 'boxed{')} boxed answers after the think block, expected 1"
+    count = answer.count(chr(92) + "boxed{")
+    if count == 1:
+        return "the boxed answer is empty or never closed"
+    return f"{count} boxed answers after the think block, expected 1"
 
 
 def check_format(obj: dict) -> dict:

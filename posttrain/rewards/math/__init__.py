@@ -10,7 +10,7 @@ limits (size limits, the deadline, the exceptions).
     MATH_VERIFIER_VERSION                  bump whenever a verdict can change
     Verdict(reward, reason, answer)        frozen dataclass
     extract_final_answer(response)         -> (answer | None, reason)
-    verify_math(response, gold)            -> Verdict; never raises, one deadline: returns in < 1 s
+    verify_math(response, gold, prompt)    -> Verdict; never raises, one deadline: returns in < 1 s
     verify_stream(lines, out)              JSON-lines CLI body -> counts (bad_input lines)
     GoldAnswerError, check_gold(gold)      raise on a gold answer that cannot be parsed
 

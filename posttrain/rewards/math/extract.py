@@ -1,4 +1,4 @@
-"""Finding the final answer in a response: the answer part after the last ``</think>`` and the
+"""Finding the final answer in a response: the answer part after the first ``</think>`` and the
 contents of its top-level ``\\boxed{...}`` / ``\\fbox{...}`` boxes (braces nest, escapes honoured)."""
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def find_boxes(text: str) -> list[str | None]:
 
 
 def _split_think(response: str) -> tuple[str, str]:
-    """(reasoning part, answer part)."""
-    close = response.rfind(_THINK_CLOSE)
+    """(reasoning part, answer part): the answer follows the FIRST ``</think>`` (as reasoning parsers
+    serve it), so a second ``</think>`` cannot hide a hedge before it."""
+    close = response.find(_THINK_CLOSE)
     if close >= 0:
         think = response[:close]
         ans = response[close + len(_THINK_CLOSE) :]
