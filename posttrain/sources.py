@@ -251,7 +251,7 @@ def detect_language(text: str) -> str:
     reward tells apart); a `language` column or the source's `language:` overrides it."""
     from posttrain.rewards.language import word_counts
 
-    latin, cjk = word_counts(text)
+    latin, cjk, _ = word_counts(text)
     return "zh" if cjk > latin else "en"
 
 
