@@ -295,7 +295,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
                                    threads=stage.trainer.threads)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = SFTTrainer(model=model, args=sft_args(trainer_cfg, Path(tmp) / "trainer", seed),
-                             train_dataset=sft_dataset(tokenizer, settings.chat, rows), processing_class=tokenizer)
+                             train_dataset=sft_dataset(tokenizer, settings.chat, rows)[0], processing_class=tokenizer)
         trainer.train()
         checkpoint = save_checkpoint(trainer.model, tokenizer, Path(tmp) / "checkpoint")
         scores = run_record(measured(checkpoint, cfg, data, f"evaluating rs-sft seed {seed}"))

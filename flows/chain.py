@@ -30,16 +30,15 @@ class GateFailed(RuntimeError):
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The starting checkpoint: the embedded world's base, or the configured model (HF id / path)."""
-    from posttrain.checkpoint import foreign_digest
+    from posttrain.checkpoint import configured_model, foreign_digest
 
-    location = cfg.base.model if which == "teacher" else cfg.base.student
-    if location == "embedded":
+    if (cfg.base.model if which == "teacher" else cfg.base.student) == "embedded":
         from posttrain.world.build import base_checkpoint as embedded_base
 
         return embedded_base(cfg, which)
-    local = Path(location) if Path(location).is_absolute() else cfg.path(location)
-    if local.is_dir():
-        return CheckpointRef(path=str(local), digest=foreign_digest(local, cfg.path(cfg.paths.runs) / "manifests"))
+    location = configured_model(cfg, which)
+    if Path(location).is_dir():
+        return CheckpointRef(path=location, digest=foreign_digest(Path(location), cfg.path(cfg.paths.runs) / "manifests"))
     return CheckpointRef(path=location, digest=f"hub:{location}")
 
 
@@ -75,6 +74,10 @@ class ChainRun:
         """The embedded world if a model is `embedded`, every data role normalised and content-
         addressed, the code sandbox checked, the registry opened: all before any training."""
         cfg = self.cfg
+        from posttrain.checkpoint import check_models
+
+        for line in check_models(cfg, self.selected):
+            self.log.info(line)
         if "embedded" in (cfg.base.model, cfg.base.student):
             from posttrain.world.build import ensure_world
 
@@ -133,6 +136,12 @@ class ChainRun:
                 for run_id in {inputs.tracking.run_id, getattr(exc, "trained_in", None)} - {None}:
                     self.registry.end_training(run_id, "FAILED")
             raise
+        if result.train_log and result.checkpoint.digest == parent.checkpoint.digest:
+            result = result.model_copy(update={"alerts": [*result.alerts, (
+                f"{name} trained but left its parent's weights unchanged (every step's update was zero: e.g. every "
+                "GRPO group's rewards equal, so no advantage): it keeps the parent's registry version; raise "
+                "max_steps, or check the rewards on its prompts")]})
+            self.log.warning(result.alerts[-1])
         # A cached stage trained in no run; an adopted remote one trained in the run its first dispatch opened.
         trained_in = None if cached else result.trained_in or inputs.tracking.run_id
         if trained_in != inputs.tracking.run_id:

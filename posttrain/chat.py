@@ -176,3 +176,38 @@ def parse_response(text: str) -> ParsedResponse:
     start = head.find(THINK_OPEN)
     reasoning = head[start + len(THINK_OPEN):] if start >= 0 else head
     return ParsedResponse(reasoning.strip(), answer.strip(), opens, True, closes)
+
+
+def turn_end_id(tokenizer) -> int | None:
+    """The token the chat template closes an assistant turn with (`<|im_end|>`, Llama 3's
+    `<|eot_id|>`), when it is one special or added token: a model fine-tuned on these replies ends
+    them with it, so generation must stop there even when the tokenizer's eos is another token."""
+    marker = "Q7xZ"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}],
+                                         tokenize=False)
+    tail = text[text.rfind(marker) + len(marker):] if marker in text else ""
+    ids = tokenizer(tail.lstrip(" "), add_special_tokens=False)["input_ids"] if tail.strip() else []
+    specials = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    return ids[0] if ids and ids[0] in specials else None
+
+
+def check_template(tokenizer, chat: ChatConfig, where: str) -> None:
+    """Refuse a chat template that would train or sample silently wrong: one that ignores
+    `add_generation_prompt` (the assistant header would be trained as part of every reply), or one
+    on which the configured mode switch changes nothing (/think and /no_think would be the same
+    prompt). `where` names the model in the message."""
+    turns = [{"role": "user", "content": "What is 2 + 2?"}]
+    plain = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=False)
+    if tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True) == plain:
+        raise ValueError(f"{where}: its chat template ignores add_generation_prompt (the prompt does not open the "
+                         "assistant's turn), so every trained reply would include the turn header: use a template "
+                         "that renders the assistant header when add_generation_prompt is true (base.chat.template)")
+    if chat.thinking_switch != "none" and \
+            render_prompt(tokenizer, chat, turns, True)[0] == render_prompt(tokenizer, chat, turns, False)[0]:
+        how = {"template_kwarg": f"the template never reads {chat.template_kwarg!r}",
+               "system_prompt": "the template drops system messages, or think_system_prompt and "
+                                "no_think_system_prompt are equal",
+               "suffix": "think_suffix and no_think_suffix are equal"}[chat.thinking_switch]
+        raise ValueError(f"{where}: base.chat.thinking_switch {chat.thinking_switch!r} renders /think and /no_think "
+                         f"prompts identically ({how}): the mode switch would not reach the model; set "
+                         "base.chat.thinking_switch to one the template honours, or 'none'")

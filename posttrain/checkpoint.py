@@ -8,7 +8,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from posttrain.chat import ChatConfig
+from posttrain.chat import ChatConfig, check_template, turn_end_id
 from posttrain.schema import CheckpointRef, ModelSettings
 
 
@@ -102,7 +102,7 @@ def is_intact(ref: CheckpointRef) -> bool:
 def checkpoint_location(ref: CheckpointRef | str | Path) -> str:
     """The directory or hub id to load; a checkpoint ref whose directory is gone is an error."""
     location = ref.path if isinstance(ref, CheckpointRef) else str(ref)
-    if isinstance(ref, CheckpointRef) and not Path(location).is_dir():
+    if isinstance(ref, CheckpointRef) and not ref.digest.startswith("hub:") and not Path(location).is_dir():
         raise MissingCheckpointError(
             f"checkpoint {location} is missing; rerun the stage that wrote it (posttrain run --force)")
     return location
@@ -133,13 +133,32 @@ def load_checkpoint(ref: CheckpointRef | str | Path, *, for_training: bool = Tru
     return model, tokenizer
 
 
-def prepare_for_chat(model, tokenizer, chat: ChatConfig, location: str) -> None:
-    """`model` None: the weights are another engine's (vLLM), which cannot grow the vocabulary."""
+def _chat_ready(tokenizer, chat: ChatConfig, location: str) -> None:
+    """The tokenizer gets the configured template if it has none; one that cannot chat is refused."""
     if not tokenizer.chat_template:
         if chat.template is None:
             raise ValueError(f"model {location} has no chat template (a base model?): set base.chat.template "
                              "to a Jinja chat template in the config")
         tokenizer.chat_template = chat.template
+    if tokenizer.eos_token is None and tokenizer.pad_token is None:
+        raise ValueError(f"model {location}: its tokenizer has neither an eos nor a pad token, so replies cannot "
+                         "end and batches cannot be padded: set eos_token in its tokenizer_config.json")
+    check_template(tokenizer, chat, f"model {location}")
+
+
+def prepare_for_chat(model, tokenizer, chat: ChatConfig, location: str) -> None:
+    """`model` None: the weights are another engine's (vLLM), which cannot grow the vocabulary. The
+    template's end-of-turn token becomes a stop token of the model's generation config (saved with
+    every checkpoint), so replies end where the template ends them."""
+    _chat_ready(tokenizer, chat, location)
+    turn_end = turn_end_id(tokenizer)
+    config = getattr(model, "generation_config", None)
+    if turn_end is not None and config is not None:
+        stops = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+        stops = [t for t in stops if t is not None]
+        if turn_end not in stops and turn_end != tokenizer.eos_token_id:
+            config.eos_token_id = [*stops, turn_end] if stops or tokenizer.eos_token_id is None \
+                else [tokenizer.eos_token_id, turn_end]
     if chat.add_think_tokens:
         vocab = tokenizer.get_vocab()
         missing = [m for m in (chat.think_open, chat.think_close) if m not in vocab]
@@ -154,3 +173,49 @@ def prepare_for_chat(model, tokenizer, chat: ChatConfig, location: str) -> None:
         tokenizer.pad_token = tokenizer.eos_token
         if model is not None:
             model.config.pad_token_id = tokenizer.pad_token_id
+
+
+class ModelCheckError(ValueError):
+    """A configured model that cannot be used, found before any work starts."""
+
+
+def configured_model(cfg, which: str = "teacher") -> str:
+    """The local directory (absolute, or relative to the project) or hub id base.model / base.student names."""
+    location = cfg.base.model if which == "teacher" else cfg.base.student
+    local = Path(location) if Path(location).is_absolute() else cfg.path(location)
+    return str(local) if local.is_dir() else location
+
+
+def check_models(cfg, stages) -> list[str]:
+    """The configured models (not the embedded world's) checked (`check_model`): the teacher always,
+    the student when distillation runs."""
+    wanted = [("teacher", "base.model")] + ([("student", "base.student")] if "distillation" in stages else [])
+    return [check_model(configured_model(cfg, which), cfg.base.settings(), field) for which, field in wanted
+            if (cfg.base.model if which == "teacher" else cfg.base.student) != "embedded"]
+
+
+def check_model(location: str, settings: ModelSettings, field: str) -> str:
+    """What `field` (base.model, base.student) names, checked before any work: a local model
+    directory or a hub id already in the local cache (nothing is downloaded), whose tokenizer loads
+    and whose chat template passes `prepare_for_chat`'s checks. Returns a one-line description;
+    raises ValueError naming the field."""
+    from transformers import AutoTokenizer
+
+    if not Path(location).is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        looks_like_path = location.startswith((".", "/", "~")) or os.sep in location.strip("/").replace("/", "", 1)
+        cached = None if looks_like_path else try_to_load_from_cache(location, "config.json")
+        if not isinstance(cached, str):
+            raise ModelCheckError(f"{field}: {location!r} is " + ("not a directory" if looks_like_path else
+                             "neither a local model directory nor a hub model in the local cache") +
+                             " (HF_HUB_OFFLINE=1: nothing is downloaded); point it at a model directory "
+                             "(save_pretrained) or download the model beforehand")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
+        _chat_ready(tokenizer, settings.chat, location)
+    except (OSError, ValueError) as exc:
+        raise ModelCheckError(f"{field}: {exc}") from None
+    turn_end = turn_end_id(tokenizer)
+    ends = tokenizer.convert_ids_to_tokens(turn_end) if turn_end is not None else tokenizer.eos_token
+    return f"{field}: {location} (replies end at {ends}, mode switch {settings.chat.thinking_switch})"

@@ -76,6 +76,11 @@ def _cmd_data(args) -> int:
     print(f"train/eval overlap: {len(overlaps(train, evals))} rows")
     for missing in missing_roles(cfg):
         print(f"missing: {missing}")
+    from posttrain.checkpoint import check_models
+    from posttrain.config import STAGES
+
+    for line in check_models(cfg, STAGES):
+        print(f"model {line}")
     return 0
 
 
@@ -226,7 +231,8 @@ def _cmd_status(args) -> int:
         # A run killed before its first stage finished has a process record but no report yet.
         found = [*runs.glob("*/report.json"), *runs.glob(f"*/{liveness.RECORD_FILE}")]
         if not found:
-            raise CLIError(f"no runs under {runs} yet (posttrain run --config {args.config})")
+            raise CLIError(f"no runs under {runs} yet, the runs folder of {args.config} (runs of another config: "
+                           f"posttrain status --config <that config>; a first run: posttrain run --config {args.config})")
         run_dir = max(found, key=lambda p: p.stat().st_mtime).parent
     path, record = run_dir / "report.json", liveness.read_record(run_dir)
     report = _read_report(path) if path.is_file() else RunReport(run_id=run_dir.name)
@@ -512,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     from posttrain.dataio import DatasetError
 
     errors: tuple[type[BaseException], ...] = (ConfigError, DatasetError, FileNotFoundError, CLIError)
+    if args.func is _cmd_data:
+        errors += (ValueError,)   # `data add` of a file outside the project, a model that cannot be used
     if args.func in _OPERATIONS:
         from posttrain.promotion import PromotionError
 

@@ -111,6 +111,12 @@ class EvalSuiteConfig(Strict):
 
     _one_or_many = field_validator("sources", mode="before")(lambda cls, v: _as_list(v))
 
+    @model_validator(mode="after")
+    def _sources_take_the_suite_kind(self) -> "EvalSuiteConfig":
+        """A source without `kind:` holds rows of the suite's kind (a row's own `kind` column still wins)."""
+        self.sources = [s if s.kind else s.model_copy(update={"kind": self.kind}) for s in self.sources]
+        return self
+
     def expanded(self) -> list["EvalSuiteConfig"]:
         if self.mode != "both":
             return [self]

@@ -262,8 +262,12 @@ def _stop_ids(model, tokenizer) -> set[int]:
 
 
 def _stop_ids_of(configured, tokenizer) -> set[int]:
+    """Those, and the token the chat template ends a turn with (`posttrain.chat.turn_end_id`)."""
+    from posttrain.chat import turn_end_id
+
     configured = configured if isinstance(configured, list) else [configured]
-    return {t for t in [tokenizer.eos_token_id, *configured] if t is not None}
+    turn_end = turn_end_id(tokenizer) if getattr(tokenizer, "chat_template", None) else None
+    return {t for t in [tokenizer.eos_token_id, turn_end, *configured] if t is not None}
 
 
 class _PreallocatedLayer(DynamicLayer):

@@ -266,7 +266,9 @@ def resolve_version(registry: Registry, ref: str) -> str:
     if ref.startswith("candidate-") or re.fullmatch(r"[a-z_]+", ref):
         raise PromotionError(f"no version to promote for {ref!r}: alias "
                              f"{ref if ref.startswith('candidate-') else candidate_alias(ref)!r} is not set "
-                             f"in {registry.model_name} (no version of that stage passed its gate)")
+                             f"in {registry.model_name} (no version of that stage passed its gate, or the stage left its "
+                             "parent's weights unchanged and kept the parent's version: promote that version by "
+                             "number, `posttrain status` shows it)")
     raise PromotionError(f"{ref!r} is neither a version number, a stage nor an alias of {registry.model_name}")
 
 

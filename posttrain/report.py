@@ -122,7 +122,7 @@ def render_markdown(report: RunReport) -> str:
         lines.append("")
     flagged = [s for s in stages if s.alerts or s.policies]
     if flagged:
-        lines += ["## RL policies and alerts", ""]
+        lines += ["## Policies and alerts", ""]
         for s in flagged:
             for key, value in s.policies.items():
                 if value:

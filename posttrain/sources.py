@@ -302,7 +302,8 @@ def normalise_prompt(raw: dict, source: SourceConfig, where: str) -> dict:
         raise DatasetError(f"{where}: column 'prompt' must end with a user turn")
     kind = row.get("kind") or source.kind
     if kind not in TASK_KINDS:
-        raise DatasetError(f"{where}: column 'kind' is {kind!r}; each prompt row needs a task kind, one of "
+        said = f"column 'kind' is {kind!r}" if row.get("kind") else "the row has no `kind` column and its source no `kind:`"
+        raise DatasetError(f"{where}: {said}; each prompt row needs a task kind, one of "
                            f"{', '.join(TASK_KINDS)} (a `kind` column, or `kind:` on the source)")
     out = {"prompt": prompt, "kind": kind,
            "thinking": _bool_or_none(row["thinking"], where, "thinking") if "thinking" in row else source.thinking,

@@ -102,13 +102,33 @@ def require_rows(rows: list, stage: str, what: str) -> list:
     return rows
 
 
-def sft_dataset(tokenizer, chat, rows: list[dict]):
-    """Tokenized conversations (`messages` rows) with their completion masks, as SFTTrainer takes them."""
+def sft_dataset(tokenizer, chat, rows: list[dict], max_length: int | None = None, field: str = "trainer.max_length"):
+    """(tokenized conversations with their completion masks, as SFTTrainer takes them; notes).
+
+    SFTTrainer cuts every sequence at `max_length`, and the reply comes last: a cut reply loses its
+    end (the boxed answer, the end-of-turn token), a reply that starts past the limit trains on
+    nothing. Those are counted in the notes (the stage's alerts); the latter are dropped, and when
+    nothing is left the error names `field`, the setting to raise."""
     from datasets import Dataset
 
     from posttrain.chat import sft_example
 
-    return Dataset.from_list([sft_example(tokenizer, chat, r["messages"], r.get("thinking")) for r in rows])
+    examples = [sft_example(tokenizer, chat, r["messages"], r.get("thinking")) for r in rows]
+    notes = []
+    if max_length and examples:
+        longest = max(len(e["input_ids"]) for e in examples)
+        cut = sum(len(e["input_ids"]) > max_length for e in examples)
+        kept = [e for e in examples if any(e["completion_mask"][:max_length])]
+        if not kept:
+            raise NoUsableRows(f"every one of {len(examples)} examples has its reply start past {field}={max_length} "
+                               f"tokens (the longest example has {longest}): raise {field}")
+        if cut:
+            dropped = len(examples) - len(kept)
+            notes.append(f"{cut} of {len(examples)} examples are longer than {field}={max_length} (longest "
+                         f"{longest} tokens): their replies are cut short" +
+                         (f", {dropped} of them to nothing (dropped)" if dropped else ""))
+        examples = kept
+    return Dataset.from_list(examples), notes
 
 
 def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weights: list[float]):

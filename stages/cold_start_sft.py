@@ -29,7 +29,8 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
 
     source = inputs.data["cold_start"]
     rows = require_rows(read_jsonl(Path(source.path)), "cold_start_sft", "cold_start")
-    dataset = sft_dataset(tokenizer, inputs.model.chat, rows)
+    dataset, notes = sft_dataset(tokenizer, inputs.model.chat, rows, config.trainer.max_length,
+                                 "stages.cold_start_sft.trainer.max_length")
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
                          train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config(config.trainer))
     follow(trainer, inputs)
@@ -41,5 +42,5 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
         name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log,
         train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy"))},
-        wall_s=time.time() - started,
+        wall_s=time.time() - started, alerts=notes,
     )

@@ -116,9 +116,10 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
     write_jsonl(rows, data_file)
     produced = store_for(inputs).track(data_file, name=f"{work.parent.name}/distillation_set.jsonl", rows=len(rows))
 
+    dataset, notes = sft_dataset(student_tokenizer, chat, rows, config.sft.max_length,
+                                 "stages.distillation.sft.max_length")
     trainer = SFTTrainer(model=student, args=sft_args(config.sft, work / "trainer", inputs.seed),
-                         train_dataset=sft_dataset(student_tokenizer, chat, rows), processing_class=student_tokenizer,
-                         peft_config=peft_config(config.sft))
+                         train_dataset=dataset, processing_class=student_tokenizer, peft_config=peft_config(config.sft))
     follow(trainer, inputs)
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
     log = numeric_log(trainer)
@@ -139,7 +140,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
                        "kept_no_think": float(sum(r["thinking"] is False for r in rows)),
                        "kept_instruction": float(sum(r["kind"] == "instruction" for r in rows)),
                        "parameter_ratio": ratio, **summary(log, ("loss", "mean_token_accuracy"))},
-        wall_s=time.time() - started,
+        wall_s=time.time() - started, alerts=notes,
     )
 
 

@@ -57,9 +57,10 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
     write_jsonl(rows, mix_file)
     produced = store.track(mix_file, name=f"{work.parent.name}/fusion_mix.jsonl", rows=len(rows))
 
+    dataset, notes = sft_dataset(tokenizer, inputs.model.chat, rows, config.trainer.max_length,
+                                 "stages.mode_fusion_sft.trainer.max_length")
     trainer = SFTTrainer(model=model, args=sft_args(config.trainer, work / "trainer", inputs.seed),
-                         train_dataset=sft_dataset(tokenizer, inputs.model.chat, rows), processing_class=tokenizer,
-                         peft_config=peft_config(config.trainer))
+                         train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config(config.trainer))
     follow(trainer, inputs)
     trainer.train(resume_from_checkpoint=resume_point(work / "trainer"))
 
@@ -74,5 +75,5 @@ def run(config: ModeFusionSFTConfig, inputs: StageInputs) -> StageResult:
         datasets_consumed=[sampled_ref, *inputs.data.values()],
         datasets_produced=[produced], train_log=log,
         train_metrics={"examples": len(rows), **counts, **modes, **summary(log, ("loss", "mean_token_accuracy"))},
-        wall_s=time.time() - started,
+        wall_s=time.time() - started, alerts=notes,
     )

@@ -108,7 +108,7 @@ BAD_DATA = [
      {"d.jsonl": '{"prompt": "Say hi.", "constraints": [{"type": "rhymes_with", "word": "sky"}]}\n'},
      r"d.jsonl:1: column 'constraints': .*rhymes_with"),
     ("row without a task kind", {"path": "d.jsonl", "columns": {"question": "prompt", "gold": "answer"}},
-     {"d.jsonl": GOOD}, r"d.jsonl:1: column 'kind' is None"),
+     {"d.jsonl": GOOD}, r"d.jsonl:1: the row has no `kind` column and its source no `kind:`"),
 ]
 
 
@@ -138,3 +138,13 @@ def test_contamination_is_an_error_before_any_training(tmp_path):
                                       "columns": {"question": "prompt", "gold": "answer"}}, {}))
     assert done.returncode == 2 and "contaminates evaluation" in done.stderr
 
+
+
+def test_an_eval_suite_source_without_a_kind_holds_rows_of_the_suites_kind(tmp_path):
+    from posttrain.config import EvalSuiteConfig
+
+    path = tmp_path / "eval_math.jsonl"
+    path.write_text('{"prompt": "What is 2 plus 2?", "answer": "4"}\n')
+    suite = EvalSuiteConfig(name="math", kind="math", sources=[{"path": str(path)}])
+    assert suite.sources[0].kind == "math"
+    assert EvalSuiteConfig(name="mixed", kind="math", sources=[{"path": str(path), "kind": "direct"}]).sources[0].kind == "direct"

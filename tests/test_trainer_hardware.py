@@ -123,7 +123,7 @@ def test_lora_adapter_is_saved_with_its_base_and_merged(tmp_path):
     rows = [{"messages": [{"role": "user", "content": f"{i} + 1"}, {"role": "assistant", "content": f"{i + 1}"}]}
             for i in range(8)]
     trainer = SFTTrainer(model=model, args=sft_args(cfg, tmp_path / "trainer", 0), processing_class=tokenizer,
-                         train_dataset=sft_dataset(tokenizer, ChatConfig(), rows), peft_config=peft_config(cfg))
+                         train_dataset=sft_dataset(tokenizer, ChatConfig(), rows)[0], peft_config=peft_config(cfg))
     trainer.train()
     checkpoint, adapter = save_trained(trainer, tokenizer, tmp_path, base)
     assert adapter is not None and (tmp_path / "adapter" / "adapter_config.json").is_file()
