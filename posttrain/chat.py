@@ -183,8 +183,11 @@ def turn_end_id(tokenizer) -> int | None:
     `<|eot_id|>`), when it is one special or added token: a model fine-tuned on these replies ends
     them with it, so generation must stop there even when the tokenizer's eos is another token."""
     marker = "Q7xZ"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}],
-                                         tokenize=False)
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}],
+                                             tokenize=False)
+    except Exception:   # a template that cannot render a plain exchange: check_model reports it before any work
+        return None
     tail = text[text.rfind(marker) + len(marker):] if marker in text else ""
     ids = tokenizer(tail.lstrip(" "), add_special_tokens=False)["input_ids"] if tail.strip() else []
     specials = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})

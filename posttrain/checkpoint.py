@@ -216,6 +216,9 @@ def check_model(location: str, settings: ModelSettings, field: str) -> str:
         _chat_ready(tokenizer, settings.chat, location)
     except (OSError, ValueError) as exc:
         raise ModelCheckError(f"{field}: {exc}") from None
+    except Exception as exc:   # the template itself raised (jinja2: "System role not supported", ...)
+        raise ModelCheckError(f"{field}: model {location}: its chat template fails on a plain conversation "
+                              f"({type(exc).__name__}: {exc}); check base.chat.thinking_switch and base.chat.template") from None
     turn_end = turn_end_id(tokenizer)
     ends = tokenizer.convert_ids_to_tokens(turn_end) if turn_end is not None else tokenizer.eos_token
     return f"{field}: {location} (replies end at {ends}, mode switch {settings.chat.thinking_switch})"
