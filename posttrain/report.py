@@ -120,6 +120,11 @@ def render_markdown(report: RunReport) -> str:
             mark = "✅" if c.passed else "❌"
             lines.append(f"- {mark} {c.name}: {_fmt(c.value)} (threshold {_fmt(c.threshold)}) {c.detail}")
         lines.append("")
+    done = [s for s in stages if s.train_metrics]
+    if done:   # what each stage made of its data: rows kept, rewards, loss (a stage can pass and make nothing)
+        lines += ["## What each stage did", ""]
+        lines += [f"- {s.name}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.train_metrics.items()) for s in done]
+        lines.append("")
     flagged = [s for s in stages if s.alerts or s.policies]
     if flagged:
         lines += ["## Policies and alerts", ""]

@@ -79,6 +79,7 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     assert (run_dir / "capabilities.png").stat().st_size > 1000
     assert (run_dir / "rl.png").stat().st_size > 1000
     assert "reasoning_rl rollout policy: current policy at each step" in (run_dir / "report.md").read_text()
+    assert "- rejection_sampling: kept_rows " in (run_dir / "report.md").read_text()   # what it made of its data
     from posttrain.env import machine  # where it ran: float results, and so gate verdicts, depend on the CPU type
 
     assert " cores, torch " in report["machine"] and report["machine"] == machine()
