@@ -56,7 +56,7 @@ def dapo_overlong_penalty(length: int, max_length: int, cache_length: int) -> fl
     return -1.0
 
 
-def prompt_text(prompt) -> str | None:
+def _prompt_text(prompt) -> str | None:
     from posttrain.rewards import prompt_text
 
     return prompt_text(prompt)
@@ -108,7 +108,7 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0):
         out: list[float | None] = [None] * n
         for start in range(0, n, num_generations):
             idx = [i for i in range(start, min(start + num_generations, n)) if is_math[i]]
-            verdicts = [verify_math(texts[i], answer[i], prompt_text(prompts[i])) for i in idx]
+            verdicts = [verify_math(texts[i], answer[i], _prompt_text(prompts[i])) for i in idx]
             correct = [v.reward == 1.0 for v in verdicts]
             for i, v, r in zip(idx, verdicts, kimi_length_rewards([lengths[i] for i in idx], correct)):
                 # A reply with no answer at all is not a short honest attempt: the floor, not 0.
