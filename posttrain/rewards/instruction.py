@@ -23,11 +23,10 @@ from confusable_homoglyphs.confusables import confusables_data
 from opencc import OpenCC
 
 from posttrain.chat import parse_response
-from posttrain.rewards.language import language_share
+from posttrain.rewards.language import CJK_CLASS, language_share
 
 INSTRUCTION_VERSION = "instruction/3"
-_CJK_CLASS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_CJK = re.compile(f"[{_CJK_CLASS}]")
+_CJK = re.compile(f"[{CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure
 
@@ -36,7 +35,7 @@ LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure
 
 # A token is a CJK ideograph, a run of letters, or a number: punctuation, symbols and markup are
 # not words, so "... ---" counts zero words and "答案是 3" four.
-_TOKEN = re.compile(f"[{_CJK_CLASS}]|(?:(?![{_CJK_CLASS}])[^\\W\\d_])+|\\d+(?:[.,]\\d+)*")
+_TOKEN = re.compile(f"[{CJK_CLASS}]|(?:(?![{CJK_CLASS}])[^\\W\\d_])+|\\d+(?:[.,]\\d+)*")
 # Special tokens (`<|im_end|>`, `<|endoftext|>`) and tag-like markers (`<think>`, `</s>`, `<unk>`).
 _SPECIAL = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?[A-Za-z][\w-]{0,30}>")
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
@@ -188,7 +187,7 @@ def _ignorable(ch: str) -> bool:
         or ch in "\u115f\u1160\u3164\uffa0"
 
 
-_CJK_GAP = re.compile(f"(?<=[{_CJK_CLASS}])\\s+(?=[{_CJK_CLASS}])")
+_CJK_GAP = re.compile(f"(?<=[{CJK_CLASS}])\\s+(?=[{CJK_CLASS}])")
 
 
 @cache
@@ -229,7 +228,7 @@ def _forbidden_list(c: dict) -> list[str]:
 
 
 # A word character that is not CJK: a Latin word glued to Chinese text ("是answer") is still a word.
-_LATIN_WORD_CHAR = f"[^\\W{_CJK_CLASS}]"
+_LATIN_WORD_CHAR = f"[^\\W{CJK_CLASS}]"
 
 
 def _forbidden(answer: str, c: dict) -> bool:

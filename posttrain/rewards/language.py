@@ -9,11 +9,11 @@ import re
 import unicodedata
 
 LANGUAGE_VERSION = "language/2"
-_CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"   # CJK ideographs (a character class body)
 _LATIN_CLASS = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff"
-_CJK = re.compile(f"[{_CJK_CLASS}]")
+_CJK = re.compile(f"[{CJK_CLASS}]")
 _LATIN_WORD = re.compile(f"[{_LATIN_CLASS}]+")
-_OTHER_WORD = re.compile(f"(?:(?![{_LATIN_CLASS}{_CJK_CLASS}])[^\\W\\d_])+")
+_OTHER_WORD = re.compile(f"(?:(?![{_LATIN_CLASS}{CJK_CLASS}])[^\\W\\d_])+")
 
 
 def word_counts(text: str) -> tuple[int, int, int]:
