@@ -153,7 +153,9 @@ def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint, ensure_world
 
-    config = _two_process_project(tmp_path, max_steps=6, save_steps=2)
+    # Steps of the smoke model take ~0.07 s on a fast host: 6 steps ended before the kill landed. With
+    # 40, the rank is killed while dozens of steps are left, on any host.
+    config = _two_process_project(tmp_path, max_steps=40, save_steps=2)
     cfg = load_config(config)
     ensure_world(cfg)
     data = prepare(cfg, tmp_path / "runs" / "prepared", ("reasoning_rl",))
@@ -172,7 +174,7 @@ def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
                 if pid:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-            time.sleep(0.2)
+            time.sleep(0.02)
 
     killer = threading.Thread(target=kill_rank_1, daemon=True)
     killer.start()
