@@ -150,12 +150,16 @@ class ParsedResponse:
     reasoning: str | None   # None when there is no complete think block
     answer: str             # text after the first </think>, or the whole response without one
     think_blocks: int       # number of <think> openings
-    closed: bool            # a </think> exists
-    closes: int = 0         # number of </think> markers: a well-formed reply has exactly one
+    closes: int             # number of </think> markers: a well-formed reply has exactly one
+
+    @property
+    def closed(self) -> bool:
+        """A </think> exists."""
+        return self.closes > 0
 
     @property
     def empty_think(self) -> bool:
-        return self.closed and self.think_blocks == 1 and self.closes == 1 and not visible(self.reasoning or "")
+        return self.think_blocks == 1 and self.closes == 1 and not visible(self.reasoning or "")
 
 
 def visible(text: str) -> bool:
@@ -171,11 +175,11 @@ def parse_response(text: str) -> ParsedResponse:
     text = text.replace(IM_END, "")
     opens, closes = text.count(THINK_OPEN), text.count(THINK_CLOSE)
     if not closes:
-        return ParsedResponse(None, text.strip(), opens, False, 0)
+        return ParsedResponse(None, text.strip(), opens, 0)
     head, _, answer = text.partition(THINK_CLOSE)
     start = head.find(THINK_OPEN)
     reasoning = head[start + len(THINK_OPEN):] if start >= 0 else head
-    return ParsedResponse(reasoning.strip(), answer.strip(), opens, True, closes)
+    return ParsedResponse(reasoning.strip(), answer.strip(), opens, closes)
 
 
 def turn_end_id(tokenizer) -> int | None:
