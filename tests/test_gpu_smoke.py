@@ -28,12 +28,12 @@ def test_the_plan_installs_what_is_missing_or_too_old_and_only_that(tmp_path):
     wheel(wheels, "trl", "1.16.0", "datasets>=4.7", "transformers>=4.56")
     wheel(wheels, "datasets", "5.2.0", "dill<0.4.2", "pyarrow>=24")
     wheel(wheels, "dill", "0.4.1")
-    wheel(wheels, "transformers", "5.24.0", "tokenizers>=0.23.1")
+    wheel(wheels, "transformers", "5.19.0", "tokenizers>=0.23.1")
     wheel(wheels, "peft", "0.21.2")
     machine = {"torch": ("2.11.0", ["nvidia-nccl==2.28; platform_system == 'Linux'"]),
                "transformers": ("5.17.0", ["tokenizers>=0.22"]), "tokenizers": ("0.23.2", []),
                "pyarrow": ("23.0.0", []), "peft": ("0.21.2", ["torch>=1.13"]), "pyyaml": ("6.0.2", ["missing-extra"])}
-    roots = ["torch>=2.13,<2.15", "transformers>=5.24,<5.25", "trl>=1.16,<1.17", "peft>=0.21", "pyyaml>=6"]
+    roots = ["torch>=2.13,<2.15", "transformers>=5.19,<5.20", "trl>=1.16,<1.17", "peft>=0.21", "pyyaml>=6"]
     install, missing, notes = gpu_smoke.plan(wheels, set(), roots=roots, installed=machine)
     assert sorted(p.name.split("-")[0] for p in install) == ["datasets", "dill", "transformers", "trl"]
     assert missing == []
@@ -58,7 +58,7 @@ def test_the_stage_path_roots_leave_the_orchestration_out():
 
 def test_the_report_keeps_what_was_measured_and_why_it_stopped():
     facts = {"device": "cuda", "started": "now", "gpu": "NVIDIA H200, 140 GiB",
-             "versions": {"python": "3.12.3", "torch": "2.11.0", "cuda": "13.0", "transformers": "5.24.0", "trl": "1.16.0"},
+             "versions": {"python": "3.12.3", "torch": "2.11.0", "cuda": "13.0", "transformers": "5.19.0", "trl": "1.16.0"},
              "model": {"hidden": 256, "layers": 4, "vocabulary": 402, "parameters": 3_000_000, "dtype": "bf16"},
              "sft": {"steps": 8, "batch": 8, "s_per_step": 0.05, "stage_s": 3.0, "first_loss": 6.0, "last_loss": 4.0},
              "error": "Traceback ...\nRuntimeError: CUDA out of memory"}
