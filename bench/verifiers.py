@@ -438,10 +438,10 @@ def reasoning_rl_batch(seed: int, prompts: int = 8, generations: int = 8) -> dic
 def bench_reward_share(seed: int = 0, repeats: int = 20) -> dict:
     from types import SimpleNamespace
 
-    from posttrain.rewards import build_rewards
+    from posttrain.rewards import RewardSettings, build_rewards
 
     weights = {"correctness": 1.0, "format": 0.2, "language_consistency": 0.2, "length": 0.1}
-    funcs, _ = build_rewards(weights, num_generations=8)
+    funcs, _ = build_rewards(weights, RewardSettings(num_generations=8))
     batch = reasoning_rl_batch(seed)
     completions = batch.pop("completions")
     kwargs = {**batch, "prompts": [""] * len(completions), "trainer_state": SimpleNamespace(global_step=10**6)}

@@ -90,6 +90,22 @@ def render_prompt(tokenizer, chat: ChatConfig, turns: list[dict], thinking: bool
     return text, prefill
 
 
+def rendered_mode(tokenizer, chat: ChatConfig, turns: list[dict], thinking: bool | None) -> bool | None:
+    """The mode a prompt is rendered in, which is the mode its reply is judged in: the row's own
+    where the family's switch renders it; for a row without one (`thinking` missing), whatever its
+    rendering equals (Qwen3's template thinks by default: True); None where the rendering asks for
+    no mode (a bare question under the suffix switch, any prompt under `thinking_switch: none`).
+    Never a missing value read as "not thinking"."""
+    think = render_prompt(tokenizer, chat, turns, True)[0]
+    no_think = render_prompt(tokenizer, chat, turns, False)[0]
+    if think == no_think:
+        return None
+    if thinking is not None:
+        return thinking
+    plain = render_prompt(tokenizer, chat, turns, None)[0]
+    return True if plain == think else False if plain == no_think else None
+
+
 def sft_example(tokenizer, chat: ChatConfig, messages: list[dict], thinking: bool | None) -> dict:
     """Token ids of one conversation and its completion mask (1 on the final assistant reply and its
     end-of-turn marker, 0 elsewhere), for any chat template: no `{% generation %}` markers needed."""

@@ -231,6 +231,8 @@ class RLAlertsConfig(Strict):
     action: Literal["warn", "fail"] = "warn"
     kl_max: float | None = Field(None, gt=0)         # only meaningful with beta > 0
     zero_reward_steps: int = Field(10, ge=1)         # consecutive logged steps with reward exactly 0
+    # share of re-scored rollouts whose task reward differs from evaluation's verdict (posttrain.rl.EvalDisagreement)
+    eval_disagreement_max: float = Field(0.01, ge=0, le=1)
     truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
     uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
 

@@ -22,8 +22,8 @@ from posttrain.rewards.language import language_share
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult
 
 # Part of the evaluation cache key: bump when a metric's definition changes, so cached verdicts of
-# the old definition are not reused (eval/4: a truncated reply scores 0).
-EVAL_VERSION = "eval/4"
+# the old definition are not reused (eval/5: format judged in the mode the prompt was rendered in).
+EVAL_VERSION = "eval/5"
 
 
 def reasoning_consistency(response: str, language: str) -> float:
@@ -59,12 +59,12 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
     lengths = {"len_correct": [], "len_wrong": []}
     with_reasoning, by_language = [], {}
     for row, gens in zip(rows, generations, strict=True):
-        thinking = row_mode(suite, row)
         # A reply cut off at the token budget never ended: it earns nothing, whatever it met so far
         # (an untrained base rambling to the budget met instruction constraints 21% of the time).
-        scores = [0.0 if g.truncated else verify_row(g.text, row)[0] for g in gens]
+        scores = [verify_row(g.text, row, truncated=g.truncated)[0] for g in gens]
         items["accuracy"].append(_mean(scores))
-        items["format"].append(_mean([float(format_ok(g.text, thinking is not False)) for g in gens]))
+        # Judged in the mode its prompt was rendered in (Generation.thinking), as training judges it.
+        items["format"].append(_mean([float(format_ok(g.text, g.thinking)) for g in gens]))
         items["mode_compliance"].append(_mean([float(mode_ok(g.text, thinking=False)) for g in gens]))
         consistency = [reasoning_consistency(g.text, row.get("language", "en")) for g in gens]
         items["language_consistency"].append(_mean(consistency))
@@ -174,7 +174,7 @@ def thinking_budget_curve(model, tokenizer, cfg: PipelineConfig, rows: list[dict
     rows, plain = rows[:curve.items], plain[:curve.items]
     closed = [n for gens in plain for g in gens if not g.truncated and (n := think_length(tokenizer, g.text)) is not None]
     metrics = {f"{suite}/think_tokens": _mean([float(n) for n in closed])}
-    per_item = {f"{suite}/budget_unlimited/accuracy": [_mean([0.0 if g.truncated else verify_row(g.text, r)[0]
+    per_item = {f"{suite}/budget_unlimited/accuracy": [_mean([verify_row(g.text, r, truncated=g.truncated)[0]
                                                                for g in gens]) for r, gens in zip(rows, plain)]}
     metrics[f"{suite}/budget_unlimited/accuracy"] = _mean(per_item[f"{suite}/budget_unlimited/accuracy"])
     metrics[f"{suite}/budget_unlimited/tokens"] = float(cfg.evaluation.max_new_tokens)
@@ -187,7 +187,7 @@ def thinking_budget_curve(model, tokenizer, cfg: PipelineConfig, rows: list[dict
                                    batch_size=cfg.evaluation.batch_size, thinking_budget=budget,
                                    desc=f"{desc} (thinking budget {tokens})")
         name = f"{suite}/budget_{label}"
-        per_item[f"{name}/accuracy"] = [0.0 if g.truncated else verify_row(g.text, r)[0] for r, (g,) in zip(rows, replies)]
+        per_item[f"{name}/accuracy"] = [verify_row(g.text, r, truncated=g.truncated)[0] for r, (g,) in zip(rows, replies)]
         metrics[f"{name}/accuracy"] = _mean(per_item[f"{name}/accuracy"])
         metrics[f"{name}/tokens"] = float(tokens)
         metrics[f"{name}/cut"] = _mean([float(g.budget_cut) for (g,) in replies])

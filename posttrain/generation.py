@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from posttrain.chat import ChatConfig, render_prompt, to_canonical
+from posttrain.chat import ChatConfig, render_prompt, rendered_mode, to_canonical
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Generation:
     num_tokens: int    # completion tokens up to and including eos
     truncated: bool    # hit max_new_tokens without eos
     budget_cut: bool = False   # the thinking budget ended the think block (ThinkingBudget)
+    thinking: bool | None = None   # the mode its prompt was rendered in (posttrain.chat.rendered_mode)
 
 
 
@@ -113,9 +114,10 @@ def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[li
     the mode switch; each reply's text is whole (a template's pre-filled empty think block put back)
     and in the canonical think markers. `options` as `generate` takes them."""
     rendered = [render_prompt(tokenizer, chat, turns, thinking) for turns, thinking in requests]
+    modes = [rendered_mode(tokenizer, chat, turns, thinking) for turns, thinking in requests]
     outputs = generate(model, tokenizer, [prompt for prompt, _ in rendered], **options)
-    return [[replace(g, text=to_canonical(prefill + g.text, chat)) for g in gens]
-            for (_, prefill), gens in zip(rendered, outputs)]
+    return [[replace(g, text=to_canonical(prefill + g.text, chat), thinking=mode) for g in gens]
+            for (_, prefill), mode, gens in zip(rendered, modes, outputs)]
 
 
 @torch.inference_mode()

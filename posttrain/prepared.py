@@ -68,6 +68,7 @@ def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, requ
               for role, sources in cfg.data.roles().items() if sources and role in wanted}
     for suite in cfg.data.suites():
         loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed)
+    check_stage_rewards(cfg, loaded)
     evals = {k.removeprefix("eval:"): v.rows for k, v in loaded.items() if k.startswith("eval:")}
     train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
     found = overlaps(train, evals)
@@ -75,6 +76,22 @@ def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, requ
         more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
         raise DatasetError("training data contaminates evaluation: " + "; ".join(found[:3]) + more)
     return loaded
+
+
+def check_stage_rewards(cfg: PipelineConfig, loaded: dict[str, RoleData]) -> None:
+    """Every row kind an RL stage reads is paid by one of its weighted rewards (before any work)."""
+    from collections import Counter
+
+    from posttrain.rewards import MissingTaskReward, check_task_rewards
+
+    for stage in ("reasoning_rl", "general_rl"):
+        (role,) = STAGE_ROLES[stage]
+        if role in loaded:
+            weights = getattr(cfg.stages, stage).rewards.model_dump()
+            try:
+                check_task_rewards(weights, Counter(r["kind"] for r in loaded[role].rows), f"stages.{stage} (data.{role})")
+            except MissingTaskReward as exc:
+                raise DatasetError(str(exc)) from None
 
 
 def prepare(cfg: PipelineConfig, out_dir: Path, stages: tuple[str, ...] | None = None) -> PreparedData:

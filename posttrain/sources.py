@@ -35,9 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from posttrain.chat import THINK_OPEN, assemble_response
 from posttrain.dataio import DatasetError, jsonl_rows
+from posttrain.rewards import TASK_KINDS
 
-TaskKind = Literal["math", "instruction", "code", "direct"]
-TASK_KINDS: tuple[str, ...] = ("math", "instruction", "code", "direct")
+TaskKind = Literal[TASK_KINDS]   # the kinds that have a verifier (posttrain.rewards.TASKS)
 SFT_ROLES = ("cold_start", "thinking", "non_reasoning")
 PROMPT_ROLES = ("reasoning_prompts", "rejection_prompts", "general_prompts", "distillation_prompts")
 # Which mode an SFT row is in when its source does not say: cold-start and extra thinking traces

@@ -197,14 +197,39 @@ def grpo_dataset(tokenizer, chat, rows: list[dict]):
 
     from datasets import Dataset
 
-    from posttrain.chat import render_prompt
+    from posttrain.chat import render_prompt, rendered_mode
+    from posttrain.rewards import task_json
 
     out = []
     for i, row in enumerate(rows):
         prompt, prefill = render_prompt(tokenizer, chat, row["prompt"], row.get("thinking"))
+        mode = rendered_mode(tokenizer, chat, row["prompt"], row.get("thinking"))
+        if mode is None and row.get("thinking") is False:
+            raise ValueError(f"row {i} asks for no thinking (thinking: false), but base.chat.thinking_switch is "
+                             f"{chat.thinking_switch!r}: its prompt cannot tell the model; set a thinking_switch the "
+                             "chat template honours, or drop the row's `thinking`")
         out.append({"prompt": prompt, "prefill": prefill, "kind": row["kind"], "answer": row.get("answer", ""),
                     "constraints": json.dumps(row["constraints"], ensure_ascii=False) if "constraints" in row else "",
                     "tests": json.dumps(row["tests"]) if "tests" in row else "",
-                    "language": row.get("language", "en"), "thinking": bool(row.get("thinking")),
+                    "language": row.get("language", "en"), "thinking": mode, "task": task_json(row),
                     "problem_index": i})
     return Dataset.from_list(out)
+
+
+def reward_settings(config, model, tokenizer):
+    """The run settings an RL stage's rewards need (posttrain.rewards.RewardSettings)."""
+    from posttrain.rewards import RewardSettings
+
+    return RewardSettings(num_generations=config.trainer.num_generations,
+                          length_warmup_steps=config.reward_settings.length_warmup_steps,
+                          max_completion_length=config.trainer.max_completion_length,
+                          overlong_cache=config.reward_settings.overlong_cache,
+                          stop_ids=stop_token_ids(model, tokenizer))
+
+
+def stop_token_ids(model, tokenizer) -> frozenset[int]:
+    """The ids that end a completion as GRPOTrainer counts them (its `eos_token_ids`: the generation
+    config's eos ids and the tokenizer's, plus pad): a completion ending otherwise hit the budget."""
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return frozenset(i for i in (*eos, tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None)

@@ -14,12 +14,12 @@ from posttrain.checkpoint import load_checkpoint
 from posttrain.config import GeneralRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.live_metrics import follow
-from posttrain.rewards import VERIFIER_VERSIONS, build_rewards, on_whole_replies
-from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
+from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards
+from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record, stage_rewards
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
+from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
 
-STAGE_VERSION = "general_rl/3"
+STAGE_VERSION = "general_rl/4"   # task rewards are verify_row's verdicts, per row kind
 
 
 def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
@@ -32,11 +32,10 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     rows = require_rows(read_jsonl(Path(source.path)), "general_rl", "general_prompts")
     random.Random(inputs.seed).shuffle(rows)
 
-    reward_funcs, weights = build_rewards(
-        config.rewards.model_dump(), num_generations=config.trainer.num_generations,
-        length_warmup_steps=config.reward_settings.length_warmup_steps,
-        max_completion_length=config.trainer.max_completion_length, overlong_cache=config.reward_settings.overlong_cache)
-    trainer = KLMonitoredGRPOTrainer(model=model, reward_funcs=[on_whole_replies(f, inputs.model.chat) for f in reward_funcs],
+    check_task_rewards(config.rewards.model_dump(), Counter(r["kind"] for r in rows), "general_rl (data role general_prompts)")
+    reward_funcs, weights = stage_rewards(config.rewards.model_dump(), reward_settings(config, model, tokenizer),
+                                          chat=inputs.model.chat, tokenizer=tokenizer, model=model)
+    trainer = KLMonitoredGRPOTrainer(model=model, reward_funcs=reward_funcs,
                                      train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows),
                                      args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                      processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl,

@@ -6,6 +6,7 @@ Reads the `reasoning_prompts` data role; each row's task kind picks its verifier
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -14,12 +15,12 @@ from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ReasoningRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.live_metrics import follow
-from posttrain.rewards import VERIFIER_VERSIONS, build_rewards, on_whole_replies
-from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record, tracked_correctness
+from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards
+from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record, stage_rewards
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
+from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
 
-STAGE_VERSION = "reasoning_rl/3"
+STAGE_VERSION = "reasoning_rl/4"   # task rewards are verify_row's verdicts, per row kind
 
 
 def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
@@ -33,15 +34,14 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     problems = require_rows(read_jsonl(Path(source.path)), "reasoning_rl", "reasoning_prompts")
     dataset = grpo_dataset(tokenizer, chat, problems)
 
-    reward_funcs, weights = build_rewards(
-        config.rewards.model_dump(), num_generations=config.trainer.num_generations,
-        length_warmup_steps=config.reward_settings.length_warmup_steps,
-        max_completion_length=config.trainer.max_completion_length, overlong_cache=config.reward_settings.overlong_cache)
+    settings = reward_settings(config, model, tokenizer)
+    check_task_rewards(config.rewards.model_dump(), Counter(p["kind"] for p in problems),
+                       "reasoning_rl (data role reasoning_prompts)")
     # Problems are grouped for the prioritized sampler's prior by the data's own `group` (else kind).
     stats = ProblemStats([str(p.get("group", p["kind"])) for p in problems], prior=config.sampling.prior_success)
-    reward_funcs = [tracked_correctness(stats, config.trainer.num_generations) if f.__name__ == "correctness" else f
-                    for f in reward_funcs]
-    trainer = StageGRPOTrainer(model=model, reward_funcs=[on_whole_replies(f, chat) for f in reward_funcs],
+    reward_funcs, weights = stage_rewards(config.rewards.model_dump(), settings, chat=chat, tokenizer=tokenizer,
+                                          model=model, stats=stats)
+    trainer = StageGRPOTrainer(model=model, reward_funcs=reward_funcs,
                                train_dataset=dataset,
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, sampling=config.sampling,

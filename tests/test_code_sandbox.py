@@ -172,9 +172,12 @@ def test_code_execution_reward_reads_the_answer_part():
     rows = [good, assemble_response("x", "```python\nprint(0)\n```"), in_think_only, good]
     tests = [ADD, ADD, ADD, None]
     assert code_execution(rows, tests=tests) == [1.0, 0.0, 0.0, None]
-    assert REWARDS["code"] is code_execution
+    # the training reward is the code kind's verdict (rows of other kinds: None)
+    assert REWARDS["code"].kinds == {"code"}
     funcs, _ = build_rewards({"code": 1.0})
-    assert funcs[0].__name__ == "code_execution"
+    assert funcs[0].__name__ == "code"
+    assert funcs[0](rows[:3], tests=tests[:3], kind=["code"] * 3) == [1.0, 0.0, 0.0]
+    assert funcs[0](rows[:1], kind=["math"], answer=["3"]) == [None]
 
 
 # ----------------------------------------------------------------------------------- limits, every mode

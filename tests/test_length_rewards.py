@@ -4,14 +4,15 @@ from types import SimpleNamespace
 import pytest
 
 from posttrain.chat import assemble_response
-from posttrain.rewards import VERIFIER_VERSIONS, build_rewards
+from posttrain.rewards import VERIFIER_VERSIONS, RewardSettings, build_rewards
 from posttrain.rewards.length import (
     dapo_overlong_penalty, kimi_length_rewards, make_length_reward, make_overlong_reward,
 )
 
 
 def _resp(answer: str, pad: int = 0) -> str:
-    return assemble_response("step " * pad + "done", f"The answer is \\boxed{{{answer}}}.")
+    # reasoning with content (two words at least): a degenerate think block earns no length bonus
+    return assemble_response("worked out: " + "step " * pad + "done", f"The answer is \\boxed{{{answer}}}.")
 
 
 def test_kimi_formula_golden_group():
@@ -89,8 +90,8 @@ def test_overlong_reward_uses_tokens_and_validates_settings():
 
 def test_build_rewards_builds_length_rewards_from_settings():
     funcs, weights = build_rewards({"correctness": 1.0, "format": 0.2, "length": 0.1, "overlong": 0.5},
-                                   num_generations=2, length_warmup_steps=0, max_completion_length=64,
-                                   overlong_cache=16)
+                                   RewardSettings(num_generations=2, length_warmup_steps=0, max_completion_length=64,
+                                                  overlong_cache=16))
     assert [f.__name__ for f in funcs] == ["correctness", "format_reward", "length", "overlong"]
     assert weights == [1.0, 0.2, 0.1, 0.5]
     assert funcs[3](["x"], completion_ids=[[0] * 56]) == [-0.5]  # L_max 64, cache 16: 8 into the ramp
@@ -98,4 +99,4 @@ def test_build_rewards_builds_length_rewards_from_settings():
     assert [f.__name__ for f in funcs] == ["correctness"]
     with pytest.raises(ValueError, match="unknown rewards.*known: .*length"):
         build_rewards({"lenght": 1.0})
-    assert {"length", "overlong", "code"} <= set(VERIFIER_VERSIONS)
+    assert {"reward/length", "reward/overlong", "code"} <= set(VERIFIER_VERSIONS)

@@ -33,7 +33,7 @@ def test_a_second_think_close_hides_nothing_from_the_checks():
 def test_many_think_openings_after_the_answer_parse_in_linear_time():
     reply = "\\boxed{5}</think>" + "<think>" * 200_000   # quadratic before: minutes
     assert parse_response(reply).closes == 1
-    assert format_reward([reply]) == [0.0] and mode([reply]) == [0.0]
+    assert format_reward([reply], thinking=[True]) == [0.0] and mode([reply], thinking=[True]) == [0.0]
 
 
 # ---------------------------------------------------------------- math: the question restated
@@ -60,7 +60,7 @@ def test_an_expression_with_numbers_of_its_own_is_work():
 def test_a_reply_without_an_answer_earns_nothing_from_any_reward():
     gold, prompt = "108", "Compute 71 + 37."
     replies = [think(""), think("\\boxed{}"), think("\\boxed{"), "<think>\n\u200b\n</think>\n\n\\boxed{7}"]
-    assert format_reward(replies) == [0.0] * 4
+    assert format_reward(replies, thinking=[True] * 4) == [0.0] * 4
     assert language_consistency(replies[:3], ["en"] * 3) == [0.0] * 3
     assert mode([think("", reasoning="")], thinking=[False]) == [0.0]   # an empty /no_think reply
     honest = think("\\boxed{107}", reasoning="71 plus 37 is 107, I carried wrong somewhere along the way")

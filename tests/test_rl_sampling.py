@@ -7,7 +7,8 @@ import collections
 import pytest
 
 from posttrain.config import ConfigError, ProblemSamplingConfig, load_config
-from posttrain.rl import ProblemSampler, ProblemStats, tracked_correctness
+from posttrain.rewards import correctness
+from posttrain.rl import ProblemSampler, ProblemStats, tracked
 
 
 def sampler(buckets, levels=None, *, prompts=4, generations=2, repeat=1, total=100, seed=0, **cfg):
@@ -104,7 +105,7 @@ def test_state_for_another_problem_set_is_refused_with_a_reason():
 def test_tracked_correctness_scores_records_and_logs():
     stats = ProblemStats(["a", "b"])
     logged = {}
-    reward = tracked_correctness(stats, num_generations=2)
+    reward = tracked(correctness, stats, num_generations=2)
     out = reward(completions=["<think>x</think>\\boxed{4}", "\\boxed{5}", "no box", "\\boxed{7}"],
                  answer=["4", "4", "7", "7"], problem_index=[0, 0, 1, 1],
                  completion_ids=[[1] * 3, [1] * 5, [1] * 7, [1] * 9], log_metric=logged.__setitem__)

@@ -1,17 +1,26 @@
-"""Reward registry: plain functions over a batch, in the shape TRL's GRPOTrainer calls them.
+"""What "correct" means for each task kind, and the rewards the RL stages train on: two tables.
 
-Each function receives `completions` plus every dataset column (`answer`, `kind`, `language`,
-`thinking`, `constraints`) and returns one float per completion, or None where it does not apply
-(TRL then leaves that component out of the sum for that row).
+`TASKS` is the one definition of correct per task kind. Evaluation, both RL stages (their task
+rewards), rejection sampling, distillation's verified-only filter and `posttrain verify` all call
+`verify_row`, which reads it; a truncated reply is wrong everywhere.
+
+`REWARDS` lists every reward a stage can weight: its builder, its version and the task kinds it
+scores (a task reward pays exactly `verify_row`'s verdict for the kinds `TASKS` gives it; shaping
+rewards, format, mode, language, length, add to it). Each is a plain function over a batch, in the
+shape TRL's GRPOTrainer calls reward functions: `completions` plus every dataset column, one float
+per completion, or None where it does not apply (TRL leaves that component out of the row's sum).
 """
 from __future__ import annotations
 
 import unicodedata
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable
 
 from posttrain.chat import ChatConfig, parse_response, to_canonical
-from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok
-from posttrain.rewards.code_judge import code_execution
+from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok, substantive
+from posttrain.rewards.code_judge import extract_code, run_tests, tests_of
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score, tokens
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
@@ -20,6 +29,7 @@ from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math
 
 RewardFn = Callable[..., list[float | None]]
 DIRECT_VERSION = "direct/2"   # direct_match
+TASK_REWARD_VERSION = "task/1"   # verify_row as a training reward: truncated replies score 0
 
 
 def completion_text(completion) -> str:
@@ -65,17 +75,6 @@ def direct_match(response: str, reference: str) -> float:
     return float(bool(answer) and answer == _normalised_answer(reference, keep_case))
 
 
-def correctness(completions, answer, **kwargs) -> list[float | None]:
-    """Verified against the gold answer, by task kind: math (the math verifier, told the prompt so
-    that restating the question is not an answer) or direct (normalised match); other kinds have
-    their own rewards."""
-    n = len(completions)
-    kinds, prompts = _column(kwargs, "kind", n, "math"), _column(kwargs, "prompts", n, None)
-    checks = {"math": lambda c, a, p: verify_math(c, a, prompt_text(p)).reward, "direct": lambda c, a, p: direct_match(c, a)}
-    return [checks[k](completion_text(c), a, p) if k in checks else None
-            for c, a, k, p in zip(completions, answer, kinds, prompts)]
-
-
 def on_whole_replies(fn: RewardFn, chat: ChatConfig) -> RewardFn:
     """`fn` scored on whole replies in canonical think markers: TRL hands over the generated part
     only, without what the chat template pre-filled (the `prefill` column, e.g. Qwen3's empty think
@@ -88,103 +87,248 @@ def on_whole_replies(fn: RewardFn, chat: ChatConfig) -> RewardFn:
     return reward
 
 
+def _modes(kwargs: dict, n: int) -> list[bool | None]:
+    """Each row's mode as its prompt was rendered (`posttrain.chat.rendered_mode`, the `thinking`
+    column of `grpo_dataset`): None where the prompt carries no mode. A missing column is no mode,
+    never "not thinking"."""
+    return kwargs["thinking"] if kwargs.get("thinking") is not None else [None] * n
+
+
 def format_reward(completions, **kwargs) -> list[float | None]:
     n = len(completions)
-    kinds, thinking = _column(kwargs, "kind", n, "math"), _column(kwargs, "thinking", n, True)
-    return [float(format_ok(completion_text(c), bool(t))) if k == "math" else None
-            for c, k, t in zip(completions, kinds, thinking)]
+    kinds = _column(kwargs, "kind", n, "math")
+    return [float(format_ok(completion_text(c), t)) if k == "math" else None
+            for c, k, t in zip(completions, kinds, _modes(kwargs, n))]
 
 
 def mode(completions, **kwargs) -> list[float | None]:
-    """The /think vs /no_think switch on every row, whatever its answer format (format_reward also
-    demands a boxed answer, so it cannot score instruction rows: JSON, a word, a sentence...)."""
-    thinking = _column(kwargs, "thinking", len(completions), True)
-    return [float(mode_ok(completion_text(c), bool(t))) for c, t in zip(completions, thinking)]
+    """The /think vs /no_think switch on every row whose prompt was rendered in a mode, whatever its
+    answer format (format_reward also demands a boxed answer, so it cannot score instruction rows:
+    JSON, a word, a sentence...); None where the prompt asked for no mode."""
+    return [None if t is None else float(mode_ok(completion_text(c), t))
+            for c, t in zip(completions, _modes(kwargs, len(completions)))]
 
 
 def language_consistency(completions, language, **kwargs) -> list[float | None]:
     """The share of the reasoning's words in the prompt's language; 0 for a reply that reasons
-    but never answers (nothing after `</think>` but markup: an empty `\\boxed{}` earns nothing)."""
+    but never answers (nothing after `</think>` but markup: an empty `\\boxed{}` earns nothing),
+    and for reasoning without content (one character, one repeated word: `substantive`)."""
     out: list[float | None] = []
     for c, lang in zip(completions, language):
         parsed = parse_response(completion_text(c))
         share = language_share(parsed.reasoning, lang) if parsed.reasoning else None
-        out.append(0.0 if share is not None and not tokens(parsed.answer) else share)
+        out.append(0.0 if share is not None and (not tokens(parsed.answer) or not substantive(parsed.reasoning))
+                   else share)
     return out
 
 
-def instruction(completions, **kwargs) -> list[float | None]:
-    """A malformed constraint value scores 0 (data loaders reject it first: parse_constraints); the
-    row's `answer`, where there is one, tells the degeneracy check whether the task asks for a number."""
+# ---- what "correct" means, per task kind -------------------------------------------------------
+
+# The fields of a data row that a task's verdict reads: a GRPO row carries them as one JSON column
+# (`task`), so training judges the very row evaluation judges.
+TASK_FIELDS = ("kind", "answer", "constraints", "tests", "prompt")
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    verify: Callable[[str, dict], tuple[float, str]]   # (whole reply, row) -> (score in [0, 1], reason)
+    version: str
+    reward: str   # the name of the training reward (in REWARDS) that pays this kind's verdict
+
+
+def _verify_math(response: str, row: dict) -> tuple[float, str]:
+    verdict = verify_math(response, row["answer"], prompt_text(row.get("prompt")))
+    return verdict.reward, verdict.reason
+
+
+def _verify_direct(response: str, row: dict) -> tuple[float, str]:
+    score = direct_match(response, row["answer"])
+    return score, "match" if score else "mismatch"
+
+
+def _constraints_of(value) -> list:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _verify_instruction(response: str, row: dict) -> tuple[float, str]:
+    score = instruction_score(response, _constraints_of(row["constraints"]), reference=row.get("answer") or None)
+    return score, "constraints_met" if score == 1 else "constraints_failed"
+
+
+def _verify_code(response: str, row: dict) -> tuple[float, str]:
+    cases = tests_of(row.get("tests"))
+    if not cases:
+        return 0.0, "no_tests"
+    code = extract_code(response)
+    if not code:
+        return 0.0, "no_code"
+    verdict = run_tests(code, cases)
+    return verdict.reward, "tests_passed" if verdict.reward == 1 else verdict.reason or "tests_failed"
+
+
+TASKS: dict[str, TaskKind] = {
+    "math": TaskKind(_verify_math, MATH_VERIFIER_VERSION, reward="correctness"),
+    "direct": TaskKind(_verify_direct, DIRECT_VERSION, reward="correctness"),
+    "instruction": TaskKind(_verify_instruction, INSTRUCTION_VERSION, reward="instruction"),
+    "code": TaskKind(_verify_code, SANDBOX_VERSION, reward="code"),
+}
+TASK_KINDS: tuple[str, ...] = tuple(TASKS)
+
+
+def verify_row(response: str, row: dict, *, truncated: bool = False) -> tuple[float, str]:
+    """(score in [0, 1], reason) of a whole reply to a prompt row, by the row's task kind (`TASKS`):
+    what evaluation counts as correct, the RL stages' task rewards pay, rejection sampling keeps and
+    distillation trusts. A reply cut off at the token budget never ended: it is wrong, whatever it
+    said before the cut. Never raises: a verifier that fails scores 0 with the reason."""
+    if truncated:
+        return 0.0, "truncated"
+    task = TASKS.get(row.get("kind", "math"))
+    if task is None or not isinstance(response, str):
+        return 0.0, "unknown_kind" if task is None else "not_text"
+    try:
+        return task.verify(response, row)
+    except Exception as exc:   # noqa: BLE001 - a reward never raises into the trainer
+        return 0.0, f"verifier_error:{type(exc).__name__}"
+
+
+def task_json(row: dict) -> str:
+    """The `task` column of a GRPO row: the fields `verify_row` reads, as evaluation has them."""
+    return json.dumps({k: row[k] for k in TASK_FIELDS if k in row}, ensure_ascii=False)
+
+
+def task_rows(completions, task, columns: dict) -> list[dict]:
+    """The rows `verify_row` judges: GRPO's `task` column (`task_json`), or, called outside a trainer
+    with plain columns, rows made of `kind` / `answer` / `constraints` / `tests` / `prompts`."""
+    if task is not None:
+        return [json.loads(t) if isinstance(t, str) else t for t in task]
     n = len(completions)
-    constraints = _column(kwargs, "constraints", n, None)
-    answers = _column(kwargs, "answer", n, None)
-    return [None if not cons else instruction_score(completion_text(c), cons, reference=a)
-            for c, cons, a in zip(completions, constraints, answers)]
+    names = {"kind": "kind", "answer": "answer", "constraints": "constraints", "tests": "tests", "prompts": "prompt"}
+    rows = [{"kind": "math"} for _ in range(n)]
+    for column, key in names.items():
+        for row, value in zip(rows, columns.get(column) or [None] * n):
+            if value is not None:
+                row[key] = value
+    return rows
 
 
-def verify_row(response: str, row: dict) -> tuple[float, str]:
-    """(score in [0, 1], reason) of a whole reply to a prompt row, by the row's task kind: what
-    rejection sampling keeps, distillation trusts and evaluation counts as correct."""
-    kind = row.get("kind", "math")
-    if kind == "math":
-        verdict = verify_math(response, row["answer"], prompt_text(row.get("prompt")))
-        return verdict.reward, verdict.reason
-    if kind == "direct":
-        score = direct_match(response, row["answer"])
-        return score, "match" if score else "mismatch"
-    if kind == "instruction":
-        score = instruction_score(response, row["constraints"], reference=row.get("answer"))
-        return score, "constraints_met" if score == 1 else "constraints_failed"
-    result = code_execution([response], [row["tests"]])[0]
-    return (result or 0.0), "tests_passed" if result == 1 else "tests_failed"
+def truncated_flags(completion_ids, stop_ids: frozenset[int] | None, n: int) -> list[bool]:
+    """Which completions hit the token budget: TRL's rule (the last token is no eos or pad), so a
+    task reward's truncation is the one `completions/clipped_ratio` counts. Without token ids
+    (outside a trainer) nothing is known to be cut."""
+    if completion_ids is None or stop_ids is None:
+        return [False] * n
+    return [not ids or ids[-1] not in stop_ids for ids in completion_ids]
 
 
-REWARDS: dict[str, RewardFn] = {
-    "correctness": correctness,
-    "format": format_reward,
-    "mode": mode,
-    "language_consistency": language_consistency,
-    "instruction": instruction,
-    "code": code_execution,
+def kinds_paid_by(reward: str) -> frozenset[str]:
+    return frozenset(kind for kind, task in TASKS.items() if task.reward == reward)
+
+
+def verify_batch(responses: list[str], rows: list[dict], truncated: list[bool]) -> list[tuple[float, str]]:
+    """`verify_row` over a batch; code rows run concurrently (each judged program mostly waits)."""
+    if not any(row.get("kind") == "code" for row in rows) or len(rows) == 1:
+        return [verify_row(r, row, truncated=t) for r, row, t in zip(responses, rows, truncated)]
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(rows)))) as pool:
+        return list(pool.map(lambda args: verify_row(args[0], args[1], truncated=args[2]),
+                             zip(responses, rows, truncated)))
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """Run settings some rewards need: group size and length warm-up (Kimi length reward), the
+    generation budget (DAPO overlong), the ids that end a completion (truncation: TRL's eos ids and pad)."""
+
+    num_generations: int = 8
+    length_warmup_steps: int = 0
+    max_completion_length: int = 128
+    overlong_cache: int = 32
+    stop_ids: frozenset[int] | None = None
+
+
+def make_task_reward(name: str, settings: RewardSettings) -> RewardFn:
+    """The training reward `name`: `verify_row`'s verdict on each row of a kind TASKS gives it
+    (None on the other rows), truncated replies 0. `reward.verdicts` gives the (score, reason)
+    pairs, for the sampler's statistics and the evaluation-disagreement monitor."""
+    kinds = kinds_paid_by(name)
+
+    def verdicts(completions, answer=None, *, task=None, completion_ids=None, **columns) -> list[tuple[float, str] | None]:
+        rows = task_rows(completions, task, {**columns, "answer": answer})
+        cut = truncated_flags(completion_ids, settings.stop_ids, len(completions))
+        todo = [i for i, row in enumerate(rows) if row.get("kind", "math") in kinds]
+        found = verify_batch([completion_text(completions[i]) for i in todo], [rows[i] for i in todo],
+                             [cut[i] for i in todo])
+        out: list[tuple[float, str] | None] = [None] * len(completions)
+        for i, verdict in zip(todo, found):
+            out[i] = verdict
+        return out
+
+    def reward(completions, answer=None, **kwargs) -> list[float | None]:
+        return [None if v is None else v[0] for v in verdicts(completions, answer, **kwargs)]
+
+    reward.__name__ = name
+    reward.verdicts = verdicts
+    reward.kinds = kinds
+    return reward
+
+
+@dataclass(frozen=True)
+class Reward:
+    build: Callable[[RewardSettings], RewardFn]
+    version: str
+    kinds: frozenset[str] | None = field(default=None)   # the task kinds it pays; None: a shaping reward
+
+
+def _task_reward(name: str) -> Reward:
+    kinds = kinds_paid_by(name)
+    version = "+".join([TASK_REWARD_VERSION, *(TASKS[k].version for k in sorted(kinds))])
+    return Reward(lambda settings: make_task_reward(name, settings), version, kinds)
+
+
+REWARDS: dict[str, Reward] = {
+    **{name: _task_reward(name) for name in dict.fromkeys(task.reward for task in TASKS.values())},
+    "format": Reward(lambda _: format_reward, FORMAT_VERSION),
+    "mode": Reward(lambda _: mode, FORMAT_VERSION),
+    "language_consistency": Reward(lambda _: language_consistency, LANGUAGE_VERSION),
+    "length": Reward(lambda s: make_length_reward(s.num_generations, s.length_warmup_steps, s.stop_ids), LENGTH_VERSION),
+    "overlong": Reward(lambda s: make_overlong_reward(s.max_completion_length, s.overlong_cache), OVERLONG_VERSION),
 }
 
-# Rewards that need run settings (group size, warm-up, length budget): built per run by build_rewards.
-REWARD_FACTORIES: dict[str, Callable[..., RewardFn]] = {
-    "length": lambda *, num_generations, length_warmup_steps, **_: make_length_reward(
-        num_generations, length_warmup_steps),
-    "overlong": lambda *, max_completion_length, overlong_cache, **_: make_overlong_reward(
-        max_completion_length, overlong_cache),
-}
-
-VERIFIER_VERSIONS = {
-    "math": MATH_VERIFIER_VERSION,
-    "direct": DIRECT_VERSION,
-    "format": FORMAT_VERSION,
-    "mode": FORMAT_VERSION,
-    "language": LANGUAGE_VERSION,
-    "instruction": INSTRUCTION_VERSION,
-    "length": LENGTH_VERSION,
-    "overlong": OVERLONG_VERSION,
-    "code": SANDBOX_VERSION,
-}
+# What a stage's cache key and report record: every verdict's and reward's version.
+VERIFIER_VERSIONS = {**{kind: task.version for kind, task in TASKS.items()},
+                     **{f"reward/{name}": reward.version for name, reward in REWARDS.items()}}
 
 
-def build_rewards(weights: dict[str, float], *, num_generations: int = 8, length_warmup_steps: int = 0,
-                  max_completion_length: int = 128, overlong_cache: int = 32) -> tuple[list[RewardFn], list[float]]:
-    """Reward functions with a non-zero weight, and their weights, in a stable order.
+class MissingTaskReward(ValueError):
+    pass
 
-    The keyword settings only feed the factory-built rewards ("length": Kimi group size and warm-up,
-    "overlong": DAPO L_max and L_cache); TRL names each function by its `__name__`."""
-    known = [*REWARDS, *REWARD_FACTORIES]
-    unknown = set(weights) - set(known)
+
+def check_task_rewards(weights: dict[str, float], kinds: dict[str, int], where: str) -> None:
+    """Refuse a stage whose data has rows of a kind that no weighted reward pays (they would train
+    on shaping rewards alone: the mode reward pays a non-answer). `kinds`: rows per kind."""
+    for kind, count in sorted(kinds.items()):
+        task = TASKS.get(kind)
+        if task is None:
+            raise MissingTaskReward(f"{where}: {count} rows of task kind {kind!r}, which has no verifier "
+                                    f"(known kinds: {', '.join(TASKS)})")
+        if not weights.get(task.reward):
+            raise MissingTaskReward(f"{where}: {count} rows of kind {kind!r} and no weighted reward pays them: "
+                                    f"set rewards.{task.reward} > 0 (it is {weights.get(task.reward, 0)})")
+
+
+def build_rewards(weights: dict[str, float], settings: RewardSettings | None = None) -> tuple[list[RewardFn], list[float]]:
+    """Reward functions with a non-zero weight, and their weights, in a stable order; TRL names each
+    function by its `__name__`."""
+    unknown = set(weights) - set(REWARDS)
     if unknown:
-        raise ValueError(f"unknown rewards {sorted(unknown)}; known: {', '.join(known)}")
-    settings = dict(num_generations=num_generations, length_warmup_steps=length_warmup_steps,
-                    max_completion_length=max_completion_length, overlong_cache=overlong_cache)
+        raise ValueError(f"unknown rewards {sorted(unknown)}; known: {', '.join(REWARDS)}")
+    settings = settings or RewardSettings()
     chosen = [(name, w) for name, w in weights.items() if w != 0]
-    funcs = []
-    for name, _ in chosen:
-        fn = REWARDS[name] if name in REWARDS else REWARD_FACTORIES[name](**settings)
-        funcs.append(fn)
-    return funcs, [w for _, w in chosen]
+    return [REWARDS[name].build(settings) for name, _ in chosen], [w for _, w in chosen]
+
+
+
+
+# The task rewards with default settings, for calling outside a trainer (no truncation known).
+correctness = make_task_reward("correctness", RewardSettings())
+instruction = make_task_reward("instruction", RewardSettings())
+code = make_task_reward("code", RewardSettings())

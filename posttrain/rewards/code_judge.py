@@ -176,7 +176,7 @@ def extract_code(response: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def _tests_of(value) -> list[dict] | None:
+def tests_of(value) -> list[dict] | None:
     if value is None or value == "" or value == []:
         return None
     return json.loads(value) if isinstance(value, str) else value
@@ -192,7 +192,7 @@ def code_execution(completions, tests, **kwargs) -> list[float | None]:
     def score(item) -> float | None:
         completion, row_tests = item
         try:
-            cases = _tests_of(row_tests)
+            cases = tests_of(row_tests)
         except ValueError:
             return 0.0
         if cases is None:

@@ -21,9 +21,12 @@ partial chunk is scored as a group of its own rather than failing.
 """
 from __future__ import annotations
 
+from posttrain.rewards.format import thinks_honestly
 from posttrain.rewards.math import verify_math
 
-LENGTH_VERSION = "length/2"  # Kimi k1.5 length reward; a reply with no answer gets its floor
+# Kimi k1.5 length reward; a reply with no answer gets its floor; correct is verify_row's verdict
+# (truncated: wrong) with the prompt's mode kept (no bonus for a degenerate think block)
+LENGTH_VERSION = "length/3"
 OVERLONG_VERSION = "overlong/1"  # DAPO soft overlong punishment
 NO_ANSWER = -0.5   # Kimi's lowest value: what the longest wrong answer of a group gets
 
@@ -56,12 +59,6 @@ def dapo_overlong_penalty(length: int, max_length: int, cache_length: int) -> fl
     return -1.0
 
 
-def _prompt_text(prompt) -> str | None:
-    from posttrain.rewards import prompt_text
-
-    return prompt_text(prompt)
-
-
 def _texts(completions) -> list[str]:
     from posttrain.rewards import completion_text
 
@@ -83,7 +80,7 @@ def _step(trainer_state) -> int | None:
     return getattr(trainer_state, "global_step", None) if trainer_state is not None else None
 
 
-def make_length_reward(num_generations: int, warmup_steps: int = 0):
+def make_length_reward(num_generations: int, warmup_steps: int = 0, stop_ids: frozenset[int] | None = None):
     """The Kimi length reward over consecutive groups of `num_generations` completions.
 
     0 for every math row while `trainer_state.global_step < warmup_steps` (Kimi warms up with plain
@@ -95,7 +92,7 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0):
     if warmup_steps < 0:
         raise ValueError(f"length warm-up must be >= 0 steps, got {warmup_steps}")
 
-    def length(completions, answer, completion_ids=None, trainer_state=None, **kwargs) -> list[float | None]:
+    def length(completions, completion_ids=None, trainer_state=None, **kwargs) -> list[float | None]:
         n = len(completions)
         kinds = _kinds(kwargs, n)
         is_math = [k == "math" for k in kinds]
@@ -104,15 +101,23 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0):
             return [0.0 if m else None for m in is_math]
         texts = _texts(completions)
         lengths = _lengths(texts, completion_ids)
-        prompts = kwargs.get("prompts") or [None] * n
+        from posttrain.rewards import prompt_text, task_rows, truncated_flags, verify_row
+
+        rows = task_rows(completions, kwargs.pop("task", None), kwargs)
+        modes = kwargs.get("thinking") or [None] * n
+        cut = truncated_flags(completion_ids, stop_ids, n)
         out: list[float | None] = [None] * n
         for start in range(0, n, num_generations):
             idx = [i for i in range(start, min(start + num_generations, n)) if is_math[i]]
-            verdicts = [verify_math(texts[i], answer[i], _prompt_text(prompts[i])) for i in idx]
-            correct = [v.reward == 1.0 for v in verdicts]
-            for i, v, r in zip(idx, verdicts, kimi_length_rewards([lengths[i] for i in idx], correct)):
+            # Correct as evaluation judges it (verify_row: truncated is wrong), and in thinking mode
+            # only with reasoning that has content: a short reply's bonus is for thinking less, not
+            # for a one-character think block.
+            correct = [verify_row(texts[i], rows[i], truncated=cut[i])[0] == 1.0 and thinks_honestly(texts[i], modes[i])
+                       for i in idx]
+            for i, r in zip(idx, kimi_length_rewards([lengths[i] for i in idx], correct)):
                 # A reply with no answer at all is not a short honest attempt: the floor, not 0.
-                out[i] = r if v.answer is not None else min(r, NO_ANSWER)
+                answered = verify_math(texts[i], rows[i]["answer"], prompt_text(rows[i].get("prompt"))).answer is not None
+                out[i] = r if answered else min(r, NO_ANSWER)
         return out
 
     return length
