@@ -8,7 +8,8 @@ import pytest
 
 from posttrain.config import ConfigError, ProblemSamplingConfig, load_config
 from posttrain.rewards import correctness
-from posttrain.rl import ProblemSampler, ProblemStats, tracked
+from posttrain.rl import ProblemSampler, ProblemStats
+from posttrain.rl_rewards import tracked
 
 
 def sampler(buckets, levels=None, *, prompts=4, generations=2, repeat=1, total=100, seed=0, **cfg):

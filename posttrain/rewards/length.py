@@ -92,7 +92,7 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0, stop_ids: fr
     if warmup_steps < 0:
         raise ValueError(f"length warm-up must be >= 0 steps, got {warmup_steps}")
 
-    def length(completions, completion_ids=None, trainer_state=None, **kwargs) -> list[float | None]:
+    def length(completions, answer=None, completion_ids=None, trainer_state=None, **kwargs) -> list[float | None]:
         n = len(completions)
         kinds = _kinds(kwargs, n)
         is_math = [k == "math" for k in kinds]
@@ -103,7 +103,7 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0, stop_ids: fr
         lengths = _lengths(texts, completion_ids)
         from posttrain.rewards import prompt_text, task_rows, truncated_flags, verify_row
 
-        rows = task_rows(completions, kwargs.pop("task", None), kwargs)
+        rows = task_rows(completions, kwargs.pop("task", None), {**kwargs, "answer": answer})
         modes = kwargs.get("thinking") or [None] * n
         cut = truncated_flags(completion_ids, stop_ids, n)
         out: list[float | None] = [None] * n
@@ -116,7 +116,7 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0, stop_ids: fr
                        for i in idx]
             for i, r in zip(idx, kimi_length_rewards([lengths[i] for i in idx], correct)):
                 # A reply with no answer at all is not a short honest attempt: the floor, not 0.
-                answered = verify_math(texts[i], rows[i]["answer"], prompt_text(rows[i].get("prompt"))).answer is not None
+                answered = verify_math(texts[i], rows[i].get("answer", ""), prompt_text(rows[i].get("prompt"))).answer is not None
                 out[i] = r if answered else min(r, NO_ANSWER)
         return out
 
