@@ -140,7 +140,7 @@ def test_format_and_language_verdicts_follow_the_rewards():
     fmt = [
         {"response": "<think></think>\\boxed{5}", "thinking": False},
         {"response": "<think>reasoning</think>\\boxed{5}", "thinking": False},
-        {"response": "<think>r</think>\\boxed{5} or \\boxed{6}", "thinking": True},
+        {"response": "<think>add two and three</think>\\boxed{5} or \\boxed{6}", "thinking": True},
         {"response": "\\boxed{5}", "thinking": True},
     ]
     recs = _records(_verify("format", b"\n".join(_line(x) for x in fmt)).stdout)
