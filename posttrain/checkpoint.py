@@ -99,6 +99,26 @@ def is_intact(ref: CheckpointRef) -> bool:
     return ref.directory.is_dir() and directory_digest(ref.directory) == ref.digest
 
 
+def restore_copy(target: Path, intact: CheckpointRef) -> bool:
+    """Make `target`, a copy of `intact` that went missing or was altered (the same digest recorded
+    for both), whole again from `intact`, atomically as `save_checkpoint` writes. False when there
+    is nothing to do: `target` is `intact` itself, or already holds its digest, or `intact` is not
+    intact either."""
+    target = Path(target).absolute()
+    if target == intact.directory.absolute() or (target.is_dir() and directory_digest(target) == intact.digest) \
+            or not is_intact(intact):
+        return False
+    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+    shutil.copytree(intact.directory, tmp)
+    if seal(tmp) != intact.digest:   # the source changed while it was copied
+        shutil.rmtree(tmp)
+        return False
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return True
+
+
 def checkpoint_location(ref: CheckpointRef | str | Path) -> str:
     """The directory or hub id to load; a checkpoint ref whose directory is gone is an error."""
     location = ref.path if isinstance(ref, CheckpointRef) else str(ref)

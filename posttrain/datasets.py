@@ -225,6 +225,7 @@ class DatasetStore:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 self._clear_stale_locks()
+                self._commit_interrupted_tracks()
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
@@ -254,6 +255,35 @@ class DatasetStore:
             logger.warning(f"data store {self.root}: removed {path.relative_to(self.root)}, left by a git/DVC "
                            "call that was killed (no process holds it: every call on the store runs under "
                            f"{self.root / '.lock'}, held now)")
+
+    def _commit_interrupted_tracks(self) -> None:
+        """Give each dataset a killed `track` added but never committed its own lineage commit.
+
+        Call with <root>/.lock held. `dvc add` stages the `.dvc` file itself (autostage); a kill
+        before `track`'s commit leaves it staged, and the next commit in the store, whatever it is
+        for, would take it in under its own message: the dataset's version would have no commit of its
+        own in the lineage. Its data is pushed first (the kill may have come before the push)."""
+        if not (self.root / ".git").is_dir() or not (self.root / ".dvc").is_dir():
+            return
+        listing = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", DATA_DIR).stdout
+        dvcfiles = sorted({entry[3:] for entry in listing.split("\0") if entry[3:].endswith(".dvc")})
+        for rel in dvcfiles:
+            dvcfile = self.root / rel
+            if not dvcfile.is_file():
+                continue
+            name = PurePosixPath(rel).relative_to(DATA_DIR).as_posix()[:-len(".dvc")]
+            md5 = _read_dvcfile_md5(dvcfile)
+            data = dvcfile.with_name(dvcfile.name[:-len(".dvc")])
+            try:
+                with _quiet(), Repo(str(self.root)) as repo:
+                    repo.push(targets=[str(data)], remote=REMOTE_NAME)
+            except Exception as exc:  # noqa: BLE001 - the commit still records what was tracked
+                logger.warning(f"data store {self.root}: {name} (md5 {md5}) could not be pushed: {exc}")
+            ignore = data.parent / ".gitignore"
+            self._git("add", "--", rel, *([str(ignore.relative_to(self.root))] if ignore.exists() else []))
+            self._commit(f"track {name} md5={md5} (its run stopped before this commit)")
+            logger.warning(f"data store {self.root}: committed {name} (md5 {md5}), which a stopped run tracked "
+                           "but did not commit")
 
     def _git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         # Drop GIT_DIR & co. so a caller running inside another repo's hook can't redirect us.

@@ -89,6 +89,7 @@ _disable_telemetry()
 # "Creating initial MLflow database tables..." / alembic migration chatter on every fresh store.
 for _name in ("mlflow.store.db.utils", "mlflow.store.model_registry.abstract_store", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+_log = logging.getLogger(__name__)
 
 # MLflow's per-call limits for log_batch.
 _MAX_METRICS_PER_BATCH = 1000
@@ -254,6 +255,8 @@ class Registry:
         verdict never overrides a failed one (record_gate refuses)."""
         version = self.find(stage, checkpoint.digest)
         created = False
+        if version is not None:
+            self.repair(version, checkpoint)
         if version is None:
             run_id = log_training() if log_training else None
             version, created = self.register_once(stage, checkpoint, tags, run_id=run_id)
@@ -261,6 +264,21 @@ class Registry:
         if created or recorded is None or (not verdict.passed and recorded != GATE_FAILED):
             self.record_gate(version, verdict)
         return version
+
+    def repair(self, version: str, checkpoint: CheckpointRef) -> bool:
+        """A version whose checkpoint directory went missing or was altered since registration, when
+        a stage recomputed the same checkpoint elsewhere (a new run's folder): the version's directory
+        is restored from the recomputed copy, so the version serves what its digest says and
+        `promote` accepts it again. True when it was restored."""
+        from posttrain.checkpoint import restore_copy
+
+        source = self.get(version)["source"]
+        restored = bool(source) and restore_copy(Path(source), checkpoint)
+        if restored:
+            self.set_tag(version, "restored_from", checkpoint.path)
+            _log.warning(f"{self.model_name} version {version}: its checkpoint {source} was missing or altered; "
+                         f"restored from the recomputed {checkpoint.path}")
+        return restored
 
     def find(self, stage: str, digest: str) -> str | None:
         """The version registered for this stage's checkpoint digest, if any."""

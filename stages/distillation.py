@@ -26,11 +26,12 @@ from posttrain.trainers import common_args, numeric_log, peft_config, require_ro
 STAGE_VERSION = "distillation/4"
 
 
-def trusted(text: str, row: dict) -> bool:
-    """A teacher reply the student may learn: verified, and in the mode it was asked for."""
-    thinking = row.get("thinking")
+def trusted(text: str, row: dict, thinking: bool | None) -> bool:
+    """A teacher reply the student may learn: verified, and in the mode its prompt was rendered in
+    (`Generation.thinking`: a row without a `thinking` column is judged in its rendering's mode,
+    never as "not thinking"; None where the prompt asked for no mode)."""
     if row["kind"] == "math":
-        shape_ok = format_ok(text, thinking is not False)
+        shape_ok = format_ok(text, thinking)
     else:
         shape_ok = thinking is None or mode_ok(text, thinking)
     return shape_ok and verify_row(text, row)[0] == 1
@@ -40,7 +41,7 @@ def no_think_form(thinking_reply: str, row: dict) -> str | None:
     """A verified thinking-mode reply as the `/no_think` reply `row` asks for: its answer after an
     empty think block (mode fusion's no-think pairs), if that still passes `row`'s checks."""
     text = without_thinking(thinking_reply)
-    return text if trusted(text, row) else None
+    return text if trusted(text, row, False) else None
 
 
 def with_resampled(teacher, tokenizer, chat, config: DistillationStageConfig, prompts: list[dict],
@@ -58,7 +59,7 @@ def with_resampled(teacher, tokenizer, chat, config: DistillationStageConfig, pr
                              num_samples=config.resample, seed=seed, desc="teacher responses, resampled")
     texts = list(texts)
     for i, samples in zip(refused, drawn):
-        texts[i] = next((g.text for g in samples if not g.truncated and trusted(g.text, prompts[i])), None)
+        texts[i] = next((g.text for g in samples if not g.truncated and trusted(g.text, prompts[i], g.thinking)), None)
     return texts
 
 
@@ -76,7 +77,7 @@ def with_no_think_from_thinking(teacher, tokenizer, chat, prompts: list[dict], t
                                max_new_tokens=max_new_tokens, desc="teacher responses, thinking, for /no_think")
     texts = list(texts)
     for i, (g,) in zip(refused, thought):
-        if not g.truncated and trusted(g.text, {**prompts[i], "thinking": True}):
+        if not g.truncated and trusted(g.text, prompts[i], g.thinking):
             texts[i] = no_think_form(g.text, prompts[i])
     return texts
 
@@ -101,7 +102,7 @@ def run(config: DistillationStageConfig, inputs: StageInputs) -> StageResult:
                                max_new_tokens=config.max_new_tokens, desc="teacher responses")
 
     # Keep only responses the verifiers accept: the student should not learn the teacher's mistakes.
-    texts = [g.text if not config.verified_only or (not g.truncated and trusted(g.text, p)) else None
+    texts = [g.text if not config.verified_only or (not g.truncated and trusted(g.text, p, g.thinking)) else None
              for p, (g,) in zip(prompts, replies)]
     if config.verified_only:
         texts = with_resampled(teacher, tokenizer, chat, config, prompts, texts, inputs.seed)

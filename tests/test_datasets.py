@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from posttrain.datasets import DatasetMissingError, DatasetStore
 from posttrain.schema import DatasetRef
@@ -273,3 +274,26 @@ def test_a_stale_dvc_rwlock_entry_is_removed_but_dvcs_flock_file_is_left(store, 
     assert _md5(store.root / ref.path) == ref.md5
     assert "dvc add" not in (rwlock.read_text() if rwlock.exists() else "")
     assert repo_lock.exists()
+
+
+def test_a_dataset_whose_track_was_killed_before_its_commit_gets_its_own_lineage_commit(store, tmp_path):
+    """Killed between `dvc add` (which stages the .dvc file) and the commit: the next call on the
+    store commits that dataset under its own name, pushed, instead of folding it into another commit."""
+    from dvc.repo import Repo
+
+    store.track(_write_jsonl(tmp_path / "a.jsonl", rows=20), "a.jsonl")
+    dest = store.root / "datasets" / "b.jsonl"
+    shutil.copyfile(_write_jsonl(tmp_path / "b.jsonl", rows=20, seed=1), dest)
+    with Repo(str(store.root)) as repo:   # what track did before the kill: add, no push, no commit
+        repo.add(str(dest))
+    b_md5 = yaml.safe_load((store.root / "datasets" / "b.jsonl.dvc").read_text())["outs"][0]["md5"]
+
+    reopened = DatasetStore(store.root)
+    c = reopened.track(_write_jsonl(tmp_path / "c.jsonl", rows=20, seed=2), "c.jsonl")
+    subjects = _git(store.root, "log", "--format=%s").splitlines()
+    assert subjects[0] == f"track c.jsonl md5={c.md5}"
+    assert any(s.startswith(f"track b.jsonl md5={b_md5}") for s in subjects), subjects
+    files_in_c = _git(store.root, "show", "--name-only", "--format=", "HEAD").split()
+    assert files_in_c and all("b.jsonl" not in f for f in files_in_c), files_in_c
+    assert _git(store.root, "status", "--porcelain") == ""
+    assert _remote_object(store, b_md5).exists()   # pushed on recovery: restorable from the remote

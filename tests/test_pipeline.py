@@ -123,16 +123,31 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     assert store.restore(ref).read_bytes() == original
 
 
-def test_deleted_cached_checkpoint_is_recomputed_not_returned_dangling(prefect_harness, smoke_project, monkeypatch):
+def test_altered_or_deleted_cached_checkpoint_is_recomputed_and_its_version_repaired(prefect_harness, smoke_project,
+                                                                                    monkeypatch):
+    from pathlib import Path
+
+    from posttrain.promotion import check_promotable
+    from posttrain.registry import Registry
+
     state, report = _run(smoke_project, monkeypatch)
     assert state.is_completed()
-    victim = _stage(report, "reasoning_rl")["checkpoint"]["path"]
-    shutil.rmtree(victim)
-    state, report = _run(smoke_project, monkeypatch)
-    assert state.is_completed(), state.message
-    assert _stage(report, "cold_start_sft")["cached"] is True
-    assert _stage(report, "reasoning_rl")["cached"] is False
-    assert (smoke_project / "runs").exists() and _stage(report, "reasoning_rl")["status"] == "passed"
+    registry = Registry(smoke_project / "runs" / "registry", model_name="posttrain-smoke")
+    for damage in ("alter", "delete"):
+        victim = Path(_stage(report, "reasoning_rl")["checkpoint"]["path"])
+        version = _stage(report, "reasoning_rl")["checkpoint"]["version"]
+        if damage == "delete":
+            shutil.rmtree(victim)
+        else:
+            (victim / "config.json").write_text((victim / "config.json").read_text() + " ")
+        state, report = _run(smoke_project, monkeypatch)
+        assert state.is_completed(), state.message
+        assert _stage(report, "cold_start_sft")["cached"] is True
+        assert _stage(report, "reasoning_rl")["cached"] is False and _stage(report, "reasoning_rl")["status"] == "passed"
+        # the same inputs retrain the same weights in the new run's folder: the version that pointed
+        # at the damaged copy is whole again, and promotable
+        assert _stage(report, "reasoning_rl")["checkpoint"]["version"] == version
+        assert not [p for p in check_promotable(registry, version) if "altered" in p or "missing" in p], damage
 
 
 def test_failed_gate_fails_the_flow_and_rejects_the_checkpoint(prefect_harness, smoke_project, monkeypatch):

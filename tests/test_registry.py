@@ -249,3 +249,32 @@ def test_two_runs_finishing_the_same_stage_at_once_register_it_once(tmp_path):
     assert len({version for version, _ in results}) == 1
     assert sorted(created for _, created in results) == [False, False, False, True]
     assert len(Registry(tmp_path, model_name="posttrain-race").versions()) == 1
+
+
+def test_a_version_whose_checkpoint_was_altered_is_restored_when_the_stage_recomputes_it(reg, tmp_path):
+    """The stage recomputed an altered checkpoint in a new run's folder (same digest): the version
+    that pointed at the altered copy serves the digest it was registered with again."""
+    from posttrain.checkpoint import seal
+    from posttrain.promotion import check_promotable
+
+    first = tmp_path / "run1" / "checkpoint"
+    first.mkdir(parents=True)
+    (first / "model.safetensors").write_bytes(b"weights" * 10)
+    ref = CheckpointRef(path=str(first), digest=seal(first))
+    version = reg.register_stage("reasoning_rl", ref, {}, _verdict("reasoning_rl", True))
+    (first / "model.safetensors").write_bytes(b"tampered" * 10)
+    assert any("altered" in p for p in check_promotable(reg, version))
+
+    second = tmp_path / "run2" / "checkpoint"
+    shutil.copytree(first.parent.parent / "run1" / "checkpoint", second)
+    (second / "model.safetensors").write_bytes(b"weights" * 10)
+    recomputed = CheckpointRef(path=str(second), digest=seal(second))
+    assert recomputed.digest == ref.digest
+    assert reg.register_stage("reasoning_rl", recomputed, {}, _verdict("reasoning_rl", True)) == version
+    assert check_promotable(reg, version) == []
+    assert (first / "model.safetensors").read_bytes() == b"weights" * 10
+    assert reg.get(version)["tags"]["restored_from"] == str(second)
+
+    shutil.rmtree(first)   # gone altogether: restored too
+    assert reg.register_stage("reasoning_rl", recomputed, {}, _verdict("reasoning_rl", True)) == version
+    assert check_promotable(reg, version) == []

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from posttrain.rewards.verify_cli import KINDS, verify_lines
+from posttrain.rewards.verify_cli import CHECKS, KINDS, verify_lines
 
 from conftest import ROOT
 
@@ -214,3 +214,21 @@ def test_help_names_every_kind_and_its_fields():
     for word in (*KINDS, '"answer"', '"constraints"', '"instruction_id_list"', '"tests"', '"thinking"',
                  '"language"', "--unsafe-allow-unisolated", "bad_input"):
         assert word in text, word
+
+
+def test_math_verdicts_are_the_ones_training_pays_prompt_included():
+    """`posttrain verify --kind math` judges through `verify_row` with the line's prompt: an answer
+    that restates the question is unevaluated there as in training and evaluation."""
+    from posttrain.rewards import verify_row
+
+    lines = [{"response": "\\boxed{71 + 37}", "answer": "108", "prompt": "Compute 71 + 37."},
+             {"response": "\\boxed{108}", "answer": "108", "prompt": [{"role": "user", "content": "Compute 71 + 37."}]},
+             {"response": "\\boxed{108}", "answer": "108"}]
+    out = io.StringIO()
+    verify_lines(io.BytesIO("\n".join(json.dumps(x) for x in lines).encode()), out, CHECKS["math"])
+    verdicts = [json.loads(line) for line in out.getvalue().splitlines()]
+    expected = [verify_row(x["response"], {"kind": "math", "answer": x["answer"], "prompt": x.get("prompt")})
+                for x in lines]
+    assert [(v["reward"], v["reason"]) for v in verdicts] == [tuple(e) for e in expected]
+    assert verdicts[0]["reward"] == 0.0 and verdicts[1]["reward"] == verdicts[2]["reward"] == 1.0
+    assert verdicts[1]["answer"] == "108"

@@ -9,7 +9,8 @@ that raises anyway (a verifier bug) gets {"reason": "verifier_error"} and is cou
 rest of the stream is still judged.
 
 What each kind reads, besides "response" (the whole reply, think block included):
-  math         "answer" (gold)                       -> math.verify_math
+  math         "answer" (gold), optional "prompt" (the question: an answer that restates it is
+               unevaluated)                          -> rewards.verify_row, as training and evaluation
   instruction  "constraints" (list, one object or a JSON string of them), or the IFEval form
                "instruction_id_list" + "kwargs"; optional "answer" (the task's reference)
                                                      -> instruction.instruction_score
@@ -271,12 +272,16 @@ def check_language(obj: dict) -> dict:
 
 
 def check_math(obj: dict) -> dict:
-    from posttrain.rewards.math import verify_math
+    from posttrain.rewards import verify_row
+    from posttrain.rewards.math import extract_final_answer
 
     response = field(obj, "response", str, "a string")
     gold = field(obj, "answer", (str, int, float), "a string")
-    v = verify_math(response, gold if isinstance(gold, str) else str(gold))
-    return {"reward": v.reward, "reason": v.reason, "answer": v.answer}
+    row = {"kind": "math", "answer": gold if isinstance(gold, str) else str(gold)}
+    if obj.get("prompt") is not None:
+        row["prompt"] = field(obj, "prompt", (str, list), "the question: a string or chat messages")
+    reward, reason = verify_row(response, row)
+    return {"reward": reward, "reason": reason, "answer": extract_final_answer(response)[0]}
 
 
 CHECKS: dict[str, Check] = {
