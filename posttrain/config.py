@@ -558,9 +558,11 @@ def load_config(path: str | Path, project_root: Path | None = None, overrides: d
         cfg = validate_config(data, elsewhere=placed)
     except ValidationError as err:
         raise ConfigError(_format_errors(err.errors(), str(path), where)) from None
-    non_finite = _non_finite(cfg)
-    if non_finite:
-        raise ConfigError(_format_errors(non_finite, str(path), where))
+    from posttrain.project_paths import path_problems
+
+    problems = _non_finite(cfg) + path_problems(cfg)
+    if problems:
+        raise ConfigError(_format_errors(problems, str(path), where))
     return cfg
 
 

@@ -34,7 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from posttrain.chat import THINK_OPEN, assemble_response
-from posttrain.dataio import DatasetError, jsonl_rows
+from posttrain.dataio import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
 from posttrain.rewards import TASK_KINDS
 
 TaskKind = Literal[TASK_KINDS]   # the kinds that have a verifier (posttrain.rewards.TASKS)
@@ -64,6 +64,7 @@ class SourceConfig(BaseModel):
     limit: int | None = Field(None, ge=1)  # first N rows (after shuffling, when shuffle_seed is set)
     shuffle_seed: int | None = Field(None, ge=0)
     weight: float | None = Field(None, gt=0)
+    max_row_bytes: int = Field(MAX_ROW_BYTES, ge=1)   # a larger row (JSONL line) is refused, naming this
 
     @model_validator(mode="after")
     def _one_location(self):
@@ -111,6 +112,7 @@ def source_hash(source: SourceConfig, root: Path) -> str:
 
         return "hf:" + load_dataset(source.hf, source.hf_config, split=source.split)._fingerprint
     path = Path(source.path) if Path(source.path).is_absolute() else root / source.path
+    check_regular(path)
     if path.is_file():
         return file_md5(path)
     import hashlib
@@ -140,13 +142,14 @@ def read_source(source: SourceConfig, root: Path) -> list[LocatedRow]:
     path = path if path.is_absolute() else (root / path)
     if not path.exists():
         raise DatasetError(f"{source.path}: data source does not exist (resolved to {path})")
+    check_regular(path)
     fmt = source.format if source.format != "auto" else _detect_format(path)
     if not fmt:
         raise DatasetError(f"{path}: cannot tell the format from the name; set `format:` to one of {', '.join(FORMATS)}")
     if fmt == "jsonl":
-        return [LocatedRow(r, f"{path}:{i}") for i, r in jsonl_rows(path)]
+        return [LocatedRow(r, f"{path}:{i}") for i, r in jsonl_rows(path, source.max_row_bytes)]
     if fmt == "json":
-        return _read_json(path)
+        return _bounded(_read_json(path), source.max_row_bytes)
     from datasets import Dataset, DatasetDict, load_from_disk
 
     try:
@@ -166,16 +169,21 @@ def read_source(source: SourceConfig, root: Path) -> list[LocatedRow]:
         raise DatasetError(f"{path}: cannot read as {fmt} ({type(exc).__name__}: {exc})") from None
     # CSV: the header is line 1, so data row i sits on line i + 2.
     where = (lambda i: f"{path}:{i + 2}") if fmt == "csv" else (lambda i: f"{path} row {i}")
-    return [LocatedRow(dict(r), where(i)) for i, r in enumerate(data)]
+    return _bounded([LocatedRow(dict(r), where(i)) for i, r in enumerate(data)], source.max_row_bytes)
+
+
+def _bounded(rows: list[LocatedRow], max_row_bytes: int) -> list[LocatedRow]:
+    """Refuse a row over the source's `max_row_bytes` (as JSON text), naming where it is."""
+    for r in rows:
+        size = len(json.dumps(r.row, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+        if size > max_row_bytes:
+            raise DatasetError(f"{r.where}: a row of {size} bytes, more than {max_row_bytes}; raise the source's "
+                               "`max_row_bytes` if rows this large are meant")
+    return rows
 
 
 def _read_json(path: Path) -> list[LocatedRow]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 ({exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    data = parse_json_row(path.read_bytes(), str(path), whole_file=True)
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
