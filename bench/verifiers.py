@@ -2,15 +2,16 @@
 
 Math part: a seeded mix of everyday RL cases (integers, fractions, decimals, symbolic, radicals,
 sets/intervals, units/percent/degrees, Chinese, ~20k-char responses), failure modes (rounded
-decimals, hedged, think-only, truncated boxes, bad gold) and adversarial CAS inputs (power towers,
-huge factorials, deep nesting, very long strings).  Every case is timed individually in one fresh
+decimals, hedged, think-only, truncated boxes, bad gold), answers written to be paid without the
+answer (an expression for a plain-number gold, words or marks around the value) and adversarial
+CAS inputs (power towers, huge factorials, deep nesting, very long strings).  Every case is timed individually in one fresh
 process (so the sympy worker's cold start is included), then the whole mix is streamed through
 `verify_stream` in a fresh interpreter to measure the CLI path end to end (startup included).
 Accuracy: the share of the mix scored as each case deserves (worker warm), and of the golden table
 of tests/test_math_verifier.py.
 
 Math adversarial part (math_adversarial): the false positives of issue 14 in each wrapping the unit
-tests use (none may pay 1), and the speed targets the unit tests do not assert: each golden and
+tests use and the attack table of tests/test_math_attacks.py (none may pay 1), and the speed targets the unit tests do not assert: each golden and
 adversarial call, long responses, 48 boxes of long polynomials, 2,000 boxes, a 1 MB response, a
 sympy overrun, the integer fast path, a 300-line stream.  No call may take 1 s or more.  A case
 that runs past 60 s here (an older verifier without a whole-call deadline) is cut off, "capped".
@@ -83,7 +84,8 @@ def _think(rng: random.Random, chars: int) -> str:
 
 
 # the reward each category of the mix deserves (i: the case's index within its category)
-_WRONG_BY_DESIGN = {"int_wrong", "rounded", "hedged", "think_only", "truncated", "bad_gold", "adversarial"}
+_WRONG_BY_DESIGN = {"int_wrong", "rounded", "hedged", "think_only", "truncated", "bad_gold", "adversarial",
+                    "restated", "marked"}
 
 
 def _expected_reward(cat: str, i: int) -> float:
@@ -113,10 +115,17 @@ def math_cases(n: int, seed: int) -> list[tuple[str, str, str, float]]:
         "set": lambda i: (box(f"\\{{{i + 1}, {i}\\}}"), f"\\{{{i},{i + 1}\\}}"),
         "tuple": lambda i: (box(f"({i}, {i + 1})"), f"({i + 1},{i})" if i % 3 == 0 else f"({i},{i + 1})"),
         "units_pct_deg": lambda i: (box([f"{i} \\text{{ cm}}", f"{i}\\%", f"{i}^\\circ", f"x = {i}"][i % 4]),
-                                    [str(i), f"{i / 100}", f"{i}", str(i)][i % 4]),
+                                    [str(i), f"{i}%", f"{i}", str(i)][i % 4]),
         "chinese_long": lambda i: (_think(rng, 20_000) + f"答案是\\boxed{{{i}}}。", str(i)),
+        # golds that are not plain numbers: an expression is compared by value (sympy decides)
         "sympy": lambda i: (box(["\\sin(\\pi/6)", "\\frac{x^2-1}{x-1}", "\\log_2 8", "\\frac{1}{\\sqrt2-1}"][i % 4]),
-                            ["\\frac12", "x+1", "3", "1+\\sqrt2"][i % 4]),
+                            ["\\cos(\\pi/3)", "x+1", "\\ln(e^3)", "1+\\sqrt2"][i % 4]),
+        # the right value not written as a number, for a plain-number gold
+        "restated": lambda i: (box([f"{i} + {i + 1} + 2 - 2", f"\\frac{{{2 * (2 * i + 1)}}}{{2}}", f"{2 * i + 1} \\cdot 1",
+                                    f"\\sin^2 x + \\cos^2 x + {2 * i}"][i % 4]), str(2 * i + 1)),
+        # the value with words or marks around it that change or hedge it
+        "marked": lambda i: (box([f"{i} maybe", f"{i}左右", f"{i}\\%", f"\\not= {i}", f"\\bar{{{i}}}",
+                                  f"{i}?"][i % 6]), str(i)),
         "hedged": lambda i: (f"\\boxed{{{i}}} or \\boxed{{{i + 1}}}", str(i)),
         "think_only": lambda i: (f"<think>\\boxed{{{i}}}</think>so it is {i}", str(i)),
         "truncated": lambda i: (f"so \\boxed{{\\frac{{{i}}}{{2}}", f"\\frac{{{i}}}{{2}}"),
@@ -229,17 +238,20 @@ def _wait_worker_ready(timeout: float = 30.0) -> None:
 
 def _test_module():
     """The math verifier's test tables are the benchmark's too: the golden table
-    (tests/test_math_verifier.py) and the adversarial inputs, false-positive probes and their wrappings
-    (tests/test_math_verifier_robustness.py), in one namespace."""
+    (tests/test_math_verifier.py), the adversarial inputs, false-positive probes and their wrappings
+    (tests/test_math_verifier_robustness.py) and the attack table (tests/test_math_attacks.py), in one
+    namespace."""
     tests = ROOT / "tests"
     if str(tests) not in sys.path:
         sys.path.insert(0, str(tests))  # the test files import their helper (sympy_worker) as pytest would
     found: dict = {}
-    for name in ("test_math_verifier_robustness", "test_math_verifier"):  # the golden file wins a clash (B)
+    for name in ("test_math_attacks", "test_math_verifier_robustness", "test_math_verifier"):  # golden wins a clash (B)
         spec = importlib.util.spec_from_file_location(name, tests / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         found.update(vars(mod))
+        if name == "test_math_attacks":
+            found["attack_B"] = mod.B  # its own wrapping (a think block), not the golden file's
     return SimpleNamespace(**found)
 
 
@@ -294,6 +306,9 @@ def bench_math_adversarial() -> dict:
         for wrap, fn in tm.WRAPS.items():
             dt, v = _timed(lambda: verify_math(fn(answer), gold))
             fp_cases[f"{name}/{wrap}"] = {"ms": round(dt * 1e3, 3), "reward": v.reward, "reason": v.reason}
+    for name, answer, gold, _ in tm.HOLES:
+        dt, v = _timed(lambda: verify_math(tm.attack_B(answer), gold))
+        fp_cases[f"attack/{name}"] = {"ms": round(dt * 1e3, 3), "reward": v.reward, "reason": v.reason}
 
     timing: dict[str, dict] = {}
 

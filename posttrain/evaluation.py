@@ -22,8 +22,8 @@ from posttrain.rewards.language import language_share
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult
 
 # Part of the evaluation cache key: bump when a metric's definition changes, so cached verdicts of
-# the old definition are not reused (eval/5: format judged in the mode the prompt was rendered in).
-EVAL_VERSION = "eval/5"
+# the old definition are not reused (eval/6: instruction guard overrides counted).
+EVAL_VERSION = "eval/6"
 
 
 def reasoning_consistency(response: str, language: str) -> float:
@@ -57,12 +57,14 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
     items: dict[str, list[float]] = {name: [] for name in ("accuracy", "format", "mode_compliance",
                                                            "language_consistency", "truncation")}
     lengths = {"len_correct": [], "len_wrong": []}
-    with_reasoning, by_language = [], {}
+    with_reasoning, by_language, overrides = [], {}, []
     for row, gens in zip(rows, generations, strict=True):
         # A reply cut off at the token budget never ended: it earns nothing, whatever it met so far
         # (an untrained base rambling to the budget met instruction constraints 21% of the time).
-        scores = [verify_row(g.text, row, truncated=g.truncated)[0] for g in gens]
+        verdicts = [verify_row(g.text, row, truncated=g.truncated) for g in gens]
+        scores = [score for score, _ in verdicts]
         items["accuracy"].append(_mean(scores))
+        overrides.append(_mean([float(reason.startswith("guard:")) for _, reason in verdicts]))
         # Judged in the mode its prompt was rendered in (Generation.thinking), as training judges it.
         items["format"].append(_mean([float(format_ok(g.text, g.thinking)) for g in gens]))
         items["mode_compliance"].append(_mean([float(mode_ok(g.text, thinking=False)) for g in gens]))
@@ -75,6 +77,8 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
         by_language.setdefault(row.get("language", "en"), []).append(items["accuracy"][-1])
     per_item = {name: values for name, values in items.items() if name in wanted}
     metrics = {name: _mean(values) for name, values in per_item.items()}
+    if "guard_overrides" in wanted:
+        metrics["guard_overrides"] = _mean(overrides)
     if "mixed_language" in wanted:
         metrics["mixed_language"] = _mean([float(c < 1.0) for c in with_reasoning])
     metrics.update({name: _mean(values) for name, values in lengths.items() if name in wanted})

@@ -28,6 +28,9 @@ METRICS: tuple[Metric, ...] = (
            modes=("think", "row")),
     Metric("mixed_language", "mixed-language reasoning rate", False, False, kinds=("math",), modes=("think", "row")),
     Metric("truncation", "truncated at the token budget", False, True),
+    # Replies whose constraints held but that the guard layer refused (generic, off-topic, hedged...):
+    # what instruction accuracy would be without the guards, read against it; described, never gated.
+    Metric("guard_overrides", "constraints met, refused by a guard", None, False, kinds=("instruction",)),
     Metric("len_correct", "tokens, correct answers", None, False, kinds=("math",)),
     Metric("len_wrong", "tokens, wrong answers", None, False, kinds=("math",)),
 )

@@ -35,7 +35,7 @@ def test_degenerate_replies_score_zero(junk):
 def test_one_letter_meets_no_case_or_length_rule_for_a_reward():
     both = [{"type": "uppercase"}, {"type": "max_words", "value": 3}, *NO_THINK_FORBIDDEN]
     assert instruction_score(reply("A"), both) == 0.0
-    assert instruction_score(reply("FINE THANKS"), both) == 1.0
+    assert instruction_score(reply("FINE WEATHER TODAY"), both) == 1.0   # "FINE THANKS" fits any prompt: generic
 
 
 @pytest.mark.parametrize("text,reference,reason", [
@@ -202,15 +202,15 @@ def test_parse_constraints_gives_a_clear_error_for_a_malformed_string():
 
 
 def test_a_malformed_constraint_string_is_zero_reward_not_a_crash():
-    completions = [[{"role": "assistant", "content": reply("DONE NOW")}]] * 3
-    cols = dict(kind=["instruction"] * 3, answer=["x"] * 3,
+    completions = [[{"role": "assistant", "content": reply("CATS PURR")}]] * 3
+    cols = dict(kind=["instruction"] * 3, answer=[""] * 3,   # no reference: "DONE" for answer "x" was a wrong answer
                 constraints=['[{"type": "uppercase"', '[{"type": "uppercase"}]', "[" * 100_000])
     assert instruction(completions=completions, **cols) == [0.0, 1.0, 0.0]
     assert instruction_score(reply("DONE NOW"), '{"type": ') == 0.0
 
 
 def test_version_marks_the_new_semantics():
-    assert INSTRUCTION_VERSION == "instruction/3"
+    assert INSTRUCTION_VERSION == "instruction/4"
 
 
 # ---------------------------------------------------------------- the IFEval / Tulu-3 form

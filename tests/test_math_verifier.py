@@ -2,7 +2,8 @@
 
 Every row is (response, gold, expected reward, expected reason).  Rows cover each clause of the
 verifier contract: extraction (think blocks, last box, nesting, \\boxed 5, \\fbox, truncation, hedging),
-mathematical equivalence, strictness (rounded decimals are not exact values), gold errors, CAS-hang
+mathematical equivalence, strictness (rounded decimals are not exact values; a plain-number gold
+takes a numeral, not an expression of its value; units only from an allowlist), gold errors, CAS-hang
 inputs, false positives found by adversarial probing (value words, infinity arithmetic, equation
 chains, exponent marks, subscripts), the one-deadline contract (tested with inputs built to exceed
 it, never with a stopwatch: speed targets live in bench/verifiers.py) and the JSON-lines stream and
@@ -30,7 +31,7 @@ def B(x: str) -> str:
     return f"Thus the final answer is $\\boxed{{{x}}}$."
 
 
-M, X = "match", "mismatch"
+M, X, U = "match", "mismatch", "unevaluated"
 
 GOLDEN = [
     # --- integers, signs, decimals, fractions ------------------------------------------------
@@ -48,7 +49,8 @@ GOLDEN = [
     ("half_dfrac", B("\\dfrac{1}{2}"), "1/2", 1.0, M),
     ("half_tfrac", B("\\tfrac{1}{2}"), "\\frac{1}{2}", 1.0, M),
     ("half_slash", B("1/2"), "\\dfrac12", 1.0, M),
-    ("frac_unreduced", B("\\frac{2}{4}"), "\\frac{1}{2}", 1.0, M),
+    ("frac_unreduced", B("\\frac{2}{4}"), "\\frac{1}{2}", 0.0, U),  # a division left to do
+    ("frac_unreduced_gold", B("\\frac{2}{4}"), "2/4", 1.0, M),
     ("frac_neg_num", B("\\frac{-1}{2}"), "-0.5", 1.0, M),
     ("frac_neg_outside", B("-\\frac{1}{2}"), "\\frac{-1}{2}", 1.0, M),
     ("frac_wrong", B("\\frac{1}{3}"), "\\frac{1}{2}", 0.0, X),
@@ -58,12 +60,17 @@ GOLDEN = [
     ("mixed_number", B("2\\frac{1}{2}"), "\\frac52", 1.0, M),
     ("repeating_decimal", B("0.\\overline{3}"), "\\frac{1}{3}", 1.0, M),
     ("sci_times", B("5 \\times 10^{3}"), "5000", 1.0, M),
-    ("power_plain", B("2^10"), "1024", 1.0, M),
-    ("power_braced", B("2^{10}"), "1024", 1.0, M),
+    ("power_plain", B("2^10"), "1024", 0.0, U),  # a plain-number gold takes a numeral only
+    ("power_braced", B("2^{10}"), "1024", 0.0, U),
+    ("power_gold_power", B("2^10"), "2^{10}", 1.0, M),
+    ("power_gold_number", B("1024"), "2^{10}", 1.0, M),
     ("neg_power", B("10^{-2}"), "0.01", 1.0, M),
-    ("factorial", B("5!"), "120", 1.0, M),
-    ("binom", B("\\binom{5}{2}"), "10", 1.0, M),
-    ("cdot", B("3 \\cdot 4"), "12", 1.0, M),
+    ("factorial", B("5!"), "120", 0.0, U),
+    ("factorial_symbolic", B("5!"), "5 \\cdot 4!", 1.0, M),
+    ("binom", B("\\binom{5}{2}"), "10", 0.0, U),
+    ("binom_symbolic", B("\\binom{5}{2}"), "\\binom{5}{3}", 1.0, M),
+    ("cdot", B("3 \\cdot 4"), "12", 0.0, U),
+    ("cdot_symbolic", B("3 \\cdot 4 \\pi"), "12\\pi", 1.0, M),
     # --- rounded decimals are not exact values -----------------------------------------------
     ("rounded_third", B("0.333"), "\\frac{1}{3}", 0.0, X),
     ("rounded_third_long", B("0.3333333333"), "1/3", 0.0, X),
@@ -99,16 +106,22 @@ GOLDEN = [
     ("subscript", B("a_1 + a_{2}"), "a_{2}+a_1", 1.0, M),
     ("greek", B("2\\theta"), "\\theta + \\theta", 1.0, M),
     ("exp_forms", B("e^{x}"), "\\exp(x)", 1.0, M),
-    ("trig_identity", B("\\sin^2 x + \\cos^2 x"), "1", 1.0, M),
-    ("trig_value", B("\\sin(\\pi/6)"), "\\frac{1}{2}", 1.0, M),
-    ("log_base", B("\\log_2 8"), "3", 1.0, M),
-    ("ln_e", B("\\ln(e^2)"), "2", 1.0, M),
+    ("trig_identity", B("\\sin^2 x + \\cos^2 x"), "1", 0.0, U),
+    ("trig_identity_symbolic", B("\\sin^2 x + \\cos^2 x"), "\\cos^2 x + \\sin^2 x", 1.0, M),
+    ("trig_value", B("\\sin(\\pi/6)"), "\\frac{1}{2}", 0.0, U),
+    ("trig_value_symbolic", B("\\sin(\\pi/6)"), "\\cos(\\pi/3)", 1.0, M),
+    ("log_base", B("\\log_2 8"), "3", 0.0, U),
+    ("log_base_symbolic", B("\\log_2 8"), "\\ln(e^3)", 1.0, M),
+    ("ln_e", B("\\ln(e^2)"), "2", 0.0, U),
+    ("ln_e_symbolic", B("\\ln(e^2)"), "\\log_3 9", 1.0, M),
     # --- radicals, pi, complex ---------------------------------------------------------------
     ("sqrt8", B("\\sqrt{8}"), "2\\sqrt{2}", 1.0, M),
     ("sqrt18", B("3\\sqrt{2}"), "\\sqrt{18}", 1.0, M),
     ("sqrt_no_brace", B("\\sqrt2"), "2^{1/2}", 1.0, M),
-    ("cube_root", B("\\sqrt[3]{8}"), "2", 1.0, M),
-    ("cube_root_negative", B("\\sqrt[3]{-8}"), "-2", 1.0, M),
+    ("cube_root", B("\\sqrt[3]{8}"), "2", 0.0, U),
+    ("cube_root_symbolic", B("\\sqrt[3]{8}"), "\\sqrt{4}", 1.0, M),
+    ("cube_root_negative", B("\\sqrt[3]{-8}"), "-2", 0.0, U),
+    ("cube_root_negative_symbolic", B("\\sqrt[3]{-8}"), "-\\sqrt{4}", 1.0, M),
     ("rationalised", B("\\frac{2}{\\sqrt{3}}"), "\\frac{2\\sqrt{3}}{3}", 1.0, M),
     ("golden_ratio", B("\\frac{1+\\sqrt{5}}{2}"), "\\frac{\\sqrt5+1}{2}", 1.0, M),
     ("golden_ratio_conj", B("\\frac{1-\\sqrt{5}}{2}"), "\\frac{\\sqrt5+1}{2}", 0.0, X),
@@ -121,7 +134,8 @@ GOLDEN = [
     ("pi_unicode", B("2\u03c0"), "2\\pi", 1.0, M),
     ("complex", B("3+4i"), "4i+3", 1.0, M),
     ("complex_conj", B("3-4i"), "3+4i", 0.0, X),
-    ("euler_identity", B("e^{i\\pi}"), "-1", 1.0, M),
+    ("euler_identity", B("e^{i\\pi}"), "-1", 0.0, U),
+    ("euler_identity_symbolic", B("e^{i\\pi}"), "\\cos(\\pi)", 1.0, M),
     # --- intervals, sets, tuples -------------------------------------------------------------
     ("interval_same", B("[1,2)"), "[1,2)", 1.0, M),
     ("interval_open_closed", B("[1,2)"), "[1,2]", 0.0, X),
@@ -175,23 +189,26 @@ GOLDEN = [
     ("degrees_braced", B("30^{\\circ}"), "30", 1.0, M),
     ("degrees_symbol", B("30"), "30\u00b0", 1.0, M),
     ("degrees_not_radians", B("\\frac{\\pi}{6}"), "30^\\circ", 0.0, X),
-    ("unit_words", B("12 apples"), "12", 1.0, M),
+    ("unit_words", B("12 apples"), "12", 0.0, "unparsable_response"),  # a count noun: not on the unit allowlist
+    ("unit_words_allowlisted", B("12 dollars"), "12", 1.0, M),
     ("unit_text", B("5 \\text{ cm}"), "5", 1.0, M),
     ("unit_squared", B("5\\,\\text{cm}^2"), "5", 1.0, M),
     ("unit_after_fraction", B("\\frac{3}{4}\\text{ cup}"), "0.75", 1.0, M),
     ("unit_multiword", B("6 \\text{ meters per second}"), "6", 1.0, M),
     ("unit_short_word", B("7 m"), "7", 1.0, M),
-    ("unit_wrong_value", B("13 apples"), "12", 0.0, X),
+    ("unit_wrong_value", B("13 dollars"), "12", 0.0, X),
     ("variable_is_not_unit", B("2 x"), "2", 0.0, X),
     ("dollar_sign", B("\\$12.50"), "12.5", 1.0, M),
-    ("spacing_commands", B("1\\;+\\quad 1~"), "2", 1.0, M),
+    ("spacing_commands", B("1\\;+\\quad 1~"), "2", 0.0, U),
+    ("spacing_commands_numeral", B("\\;1\\,2\\quad~"), "12", 1.0, M),
     ("inline_math_delims", "The answer is \\(\\boxed{12}\\).", "12", 1.0, M),
     ("display_math", "$$\\boxed{\\dfrac{1}{2}}$$", "\\frac{1}{2}", 1.0, M),
     ("trailing_period_in_box", B("5."), "5", 1.0, M),
-    ("percent_vs_number", B("50\\%"), "50", 1.0, M),
-    ("percent_vs_fraction", B("50\\%"), "0.5", 1.0, M),
+    ("percent_vs_number", B("50\\%"), "50", 0.0, X),  # a percent answer needs a percent gold
+    ("percent_vs_fraction", B("50\\%"), "0.5", 0.0, X),
     ("percent_vs_wrong", B("50\\%"), "0.6", 0.0, X),
-    ("percent_gold_answer_number", B("0.2"), "20\\%", 1.0, M),
+    ("percent_gold_answer_number", B("0.2"), "20\\%", 0.0, X),  # 0.2 could be 0.2%: refused
+    ("percent_gold_answer_bare", B("20"), "20\\%", 1.0, M),  # the sign left off
     ("percent_both", B("20\\%"), "20%", 1.0, M),
     ("percent_not_double_scaled", B("20\\%"), "0.2\\%", 0.0, X),
     # --- extraction --------------------------------------------------------------------------

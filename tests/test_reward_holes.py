@@ -42,15 +42,19 @@ def test_many_think_openings_after_the_answer_parse_in_linear_time():
 def test_restating_the_question_is_not_an_answer(boxed):
     prompt = [{"role": "user", "content": "Compute 71 + 37. Then halve 216 / 2 if you like."}]
     reply = think(f"\\boxed{{{boxed}}}")
-    assert verify_math(reply, "108").reward == 1.0   # without the prompt: an equal value
+    assert verify_math(reply, "108").reason == "unevaluated"   # the prompt is not needed to see it
     assert verify_math(reply, "108", "Compute 71 + 37. Then halve 216 / 2 if you like.").reason == "unevaluated"
     assert correctness([reply], ["108"], kind=["math"], prompts=[prompt]) == [0.0]
     assert verify_row(reply, {"kind": "math", "answer": "108", "prompt": prompt})[0] == 0.0
 
 
-def test_an_expression_with_numbers_of_its_own_is_work():
+def test_an_expression_with_numbers_of_its_own_is_still_unevaluated():
+    # 71 + 37 + 2 - 2 beat a rule that looked for the prompt's numbers: a plain-number gold takes a
+    # numeral, whatever numbers an expression uses
     prompt = "How many subsets does a set with 10 elements have?"
-    assert verify_math(think("\\boxed{2^{10}}"), "1024", prompt).reason == "match"
+    assert verify_math(think("\\boxed{2^{10}}"), "1024", prompt).reason == "unevaluated"
+    assert verify_math(think("\\boxed{71 + 37 + 2 - 2}"), "108", "Compute 71 + 37.").reason == "unevaluated"
+    assert verify_math(think("\\boxed{2^{10}}"), "2^{10}", prompt).reason == "match"   # the gold's own form
     assert verify_math(think("\\boxed{1024}"), "1024", prompt).reason == "match"
     assert verify_math(think("\\boxed{\\frac{1}{2}}"), "0.5", "Halve 1.").reason == "match"   # a numeral
 

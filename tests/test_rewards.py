@@ -54,9 +54,9 @@ def test_no_thinking_constraint_reads_the_think_block():
 
 def test_constraints_compose_and_never_raise():
     both = [{"type": "uppercase"}, {"type": "ends_with", "value": "OK"}]
-    assert instruction_score(assemble_response("", "FINE OK"), both) == 1.0
-    assert instruction_score(assemble_response("", "fine OK"), both) == 0.0
-    assert instruction_score(assemble_response("", "fine OK"), both, partial=True) == 0.5
+    assert instruction_score(assemble_response("", "BLUE WHALES SING OK"), both) == 1.0
+    assert instruction_score(assemble_response("", "blue whales sing OK"), both) == 0.0
+    assert instruction_score(assemble_response("", "blue whales sing OK"), both, partial=True) == 0.5
     assert not check_constraint("x", {"type": "nonexistent"})
     assert not check_constraint("x", {"type": "max_words"})  # missing parameter
     assert count_words("答案是 3") == 4
@@ -64,8 +64,8 @@ def test_constraints_compose_and_never_raise():
 
 def test_reward_functions_take_trl_batches_and_skip_rows_they_do_not_apply_to():
     completions = [[{"role": "assistant", "content": assemble_response("1+2=3", "\\boxed{3}")}],
-                   [{"role": "assistant", "content": assemble_response("", "DONE")}]]
-    cols = dict(answer=["3", "x"], kind=["math", "instruction"], thinking=[True, False], language=["en", "en"],
+                   [{"role": "assistant", "content": assemble_response("", "BLUE WHALES")}]]
+    cols = dict(answer=["3", ""], kind=["math", "instruction"], thinking=[True, False], language=["en", "en"],
                 constraints=["", '[{"type": "uppercase"}]'])
     assert correctness(completions=completions, **cols) == [1.0, None]
     assert format_reward(completions=completions, **cols) == [1.0, None]

@@ -22,7 +22,8 @@ from posttrain.chat import ChatConfig, parse_response, to_canonical
 from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok, substantive
 from posttrain.rewards.code_judge import extract_code, run_tests, tests_of
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION
-from posttrain.rewards.instruction import INSTRUCTION_VERSION, instruction_score, tokens
+from posttrain.rewards.instruction import INSTRUCTION_VERSION, tokens
+from posttrain.rewards.instruction_guard import instruction_verdict
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
 from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward
 from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math
@@ -146,13 +147,12 @@ def _verify_direct(response: str, row: dict) -> tuple[float, str]:
     return score, "match" if score else "mismatch"
 
 
-def _constraints_of(value) -> list:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def _verify_instruction(response: str, row: dict) -> tuple[float, str]:
-    score = instruction_score(response, _constraints_of(row["constraints"]), reference=row.get("answer") or None)
-    return score, "constraints_met" if score == 1 else "constraints_failed"
+    """The checkers, then the guards on top (`instruction_guard`): `constraints_met`,
+    `constraints_failed`, or `guard:<name>` where the constraints held and a guard refused the reply
+    (generic, off-topic, wrong or hedged answer, ...), so overrides can be counted."""
+    return instruction_verdict(response, row.get("constraints"), reference=row.get("answer"),
+                               prompt=prompt_text(row.get("prompt")))
 
 
 def _verify_code(response: str, row: dict) -> tuple[float, str]:

@@ -1,21 +1,29 @@
-"""Verifiers for instruction-following constraints; each a plain function over the reply.
+"""Verifiers for instruction-following constraints: the checker layer, one function per constraint type.
 
 A constraint is a dict with a `type` and its parameters, stored with the task, e.g.
-`{"type": "ends_with", "value": "done"}`. Checks read the answer part (after the think block),
-except `no_thinking`, which reads the think block itself.
+`{"type": "ends_with", "value": "done"}`. A checker answers one question, does constraint X hold
+for this reply, and nothing else (IFEval's reference checkers may replace them). Checks read the
+answer part (after the think block), except `no_thinking`, which reads the think block itself. A
+constraint cannot hold vacuously (case rules on text that is mostly uncased, an empty `ends_with`),
+and counts and word lists read the reply the way a person would: words are counted conservatively
+in the limit's direction (`count_words` for "at most", `count_real_words` for "at least"), and a
+forbidden word or a comma is found through every spelling that reads as it (`_readings`: HTML
+entities, markup, hyphens, spaced letters, leetspeak, homoglyphs, invisible characters).
 
-`instruction_score` is the reward: it pays nothing for a degenerate reply (`degenerate_reason`:
-empty, only special tokens, markup, punctuation or digits, one token or phrase repeated), nothing
-for an invalid constraint set, and a constraint cannot hold vacuously (case rules on text with no
-cased letter, an empty `ends_with`). `parse_constraints` is for data loaders: it turns a stored
+Whether a reply that meets its constraints deserves the reward is the guard layer's question
+(posttrain.rewards.instruction_guard: degenerate, generic, off-topic or wrong replies); the reward,
+`instruction_score`, is both layers. `parse_constraints` is for data loaders: it turns a stored
 value (a JSON string, a list, one dict, or the IFEval / Tulu-3 `instruction_id_list` + `kwargs`
 form) into checked constraints, or raises ValueError saying which constraint is wrong and why.
 """
 from __future__ import annotations
 
+import html
 import json
 import re
 import unicodedata
+import urllib.parse
+from collections import Counter
 from functools import cache
 from typing import Any, Callable
 
@@ -25,13 +33,13 @@ from opencc import OpenCC
 from posttrain.chat import parse_response
 from posttrain.rewards.language import CJK_CLASS, language_share
 
-INSTRUCTION_VERSION = "instruction/3"
+INSTRUCTION_VERSION = "instruction/4"   # the guard layer: generic, wrong and hedged replies earn 0
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure
 
 
-# ---------------------------------------------------------------- words and degenerate replies
+# ---------------------------------------------------------------- words
 
 # A token is a CJK ideograph, a run of letters, or a number: punctuation, symbols and markup are
 # not words, so "... ---" counts zero words and "答案是 3" four.
@@ -39,7 +47,6 @@ _TOKEN = re.compile(f"[{CJK_CLASS}]|(?:(?![{CJK_CLASS}])[^\\W\\d_])+|\\d+(?:[.,]
 # Special tokens (`<|im_end|>`, `<|endoftext|>`) and tag-like markers (`<think>`, `</s>`, `<unk>`).
 _SPECIAL = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?[A-Za-z][\w-]{0,30}>")
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
-_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*")
 
 
 def _prose(text: str) -> str:
@@ -67,23 +74,40 @@ def count_words(text: str) -> int:
     return len(tokens(text)) + glued + len(syllables) - runs
 
 
-def _is_word(token: str) -> bool:
-    """A CJK ideograph or at least two letters: one Latin letter ("A") is not an answer."""
-    return bool(_CJK.fullmatch(token)) or (len(token) >= 2 and not token[0].isdigit())
+# A run of letters that can be a word when counting towards "at least N words": two or more letters,
+# not one letter repeated ("aaaa", "aAaA"), with a vowel when it is Latin ("xq zv" is not text),
+# and case only where words carry it (lower, Capitalised, UPPER, camelCase, "PDFs", never "aB"); or the
+# one-letter words "a" and "I".
+_LATIN_RUN = re.compile(r"[A-Za-z]+")
+_LETTERS = re.compile(r"[^\W\d_]+")
+_GARBLED_CASE = re.compile(r"[a-z][A-Z](?![a-z])|[A-Z]{2}[a-z]{2}")
 
 
-def _one_block_repeated(units: list[str]) -> bool:
-    """The whole reply is one token or phrase said at least twice ("the the", "ok ok ok", a loop; a
-    cut-off last repeat included). Its shortest period, from the KMP prefix function (linear time:
-    a reward must not hang on a long reply), is at most half its length."""
-    n = len(units)
-    prefix = [0] * n
-    for i in range(1, n):
-        k = prefix[i - 1]
-        while k and units[i] != units[k]:
-            k = prefix[k - 1]
-        prefix[i] = k + (units[i] == units[k])
-    return n >= 2 and n - prefix[-1] <= n // 2
+def _real_word(run: str) -> bool:
+    folded = run.casefold()
+    if len(run) < 2:
+        return folded in ("a", "i")
+    if len(set(folded)) == 1:
+        return False
+    if _LATIN_RUN.fullmatch(run):
+        return any(v in folded for v in "aeiouy") and not _GARBLED_CASE.search(run)
+    return True
+
+
+def count_real_words(text: str, enough: int | None = None) -> int:
+    """The count for "at least N words", conservative in that direction: each whitespace-separated
+    chunk is at most one word (a glued "TheAnswerIsFive" or "well-known" is one), and only if it
+    holds a real word (`_real_word`: "aAaA", "xq", "b", "42" are none); CJK ideographs count one
+    each, as in `count_words`. Padding by non-words cannot reach a minimum. Each distinct chunk is
+    judged once, and counting stops at `enough` (a long reply is read in linear time)."""
+    total = 0
+    for chunk, n in Counter(_prose(text).split()).items():
+        ideographs = 0 if chunk.isascii() else len(_CJK.findall(chunk))
+        rest = _CJK.sub(" ", chunk) if ideographs else chunk
+        total += n * (ideographs + any(_real_word(run) for run in _LETTERS.findall(rest)))
+        if enough is not None and total >= enough:
+            break
+    return total
 
 
 def _json_body(answer: str) -> str:
@@ -106,59 +130,6 @@ def _load_json(answer: str):
     return json.loads(_json_body(answer), parse_constant=_no_constant)
 
 
-def _json_leaves(answer: str) -> str | None:
-    """The values of a JSON reply, space-joined (its keys are the format, not the answer)."""
-    body = _json_body(answer)
-    if not body.startswith(("{", "[")):
-        return None
-    try:
-        obj = _load_json(body)
-    except (ValueError, RecursionError):
-        return None
-    leaves, stack = [], [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif item is not None and not isinstance(item, bool):
-            leaves.append(str(item))
-    return " ".join(leaves)
-
-
-# A reply of this many tokens or more that uses at most a fifth as many distinct ones is padding
-# ("the the ... the end" to reach a word count); natural English or Chinese of that length uses over
-# twice that share.
-_PADDING_MIN_TOKENS = 20
-
-
-def degenerate_reason(answer: str, reference: str | None = None) -> str | None:
-    """Why `answer` (the reply after its think block) is no real reply; None when it is one.
-
-    A real reply has at least one content token of the kind the task asks for: a number when the
-    task's reference answer is a number, otherwise a word (a CJK ideograph, or a run of two or more
-    letters). So these are degenerate: empty text, only special tokens (`<|im_end|>`), markup or
-    punctuation, a single letter, digits alone where the task does not ask for a number (or has no
-    reference), any reply that is one token or phrase repeated, and padding (`_PADDING_MIN_TOKENS`).
-    A JSON reply is judged by its values. The reference only decides which kind of token counts;
-    it is never compared with the reply (correctness is another reward's job)."""
-    leaves = _json_leaves(answer)
-    units = tokens(answer if leaves is None else leaves)
-    if not units:
-        return "no words: empty, or only special tokens, markup and punctuation"
-    if len(units) >= 2 and _one_block_repeated(units):
-        return "one token or phrase repeated"
-    if len(units) >= _PADDING_MIN_TOKENS and len(set(units)) * 5 <= len(units):
-        return "a few tokens said over and over (padding)"
-    numeric_task = reference is not None and _NUMBER.fullmatch(str(reference).strip()) is not None
-    if numeric_task:
-        return None if any(u[0].isdigit() for u in units) else "the task asks for a number and the reply has none"
-    if any(_is_word(u) for u in units):
-        return None
-    return "no content word: only digits or single letters"
-
-
 # ---------------------------------------------------------------- folding for forbidden words
 
 @cache
@@ -177,14 +148,22 @@ def _skeleton_table() -> dict[int, str]:
 
 
 @cache
-def _to_simplified() -> OpenCC:
-    return OpenCC("t2s")
+def _simplified_table() -> dict[int, str]:
+    """Traditional to simplified Chinese character by character (OpenCC's t2s, read once): a
+    translate table is linear and fast, where OpenCC over a long reply takes seconds."""
+    chars = [chr(c) for lo, hi in ((0x3400, 0x4DC0), (0x4E00, 0xA000), (0xF900, 0xFB00)) for c in range(lo, hi)]
+    simplified = OpenCC("t2s").convert("\n".join(chars)).split("\n")
+    return {ord(a): b for a, b in zip(chars, simplified, strict=True) if a != b}
 
 
-def _ignorable(ch: str) -> bool:
-    """Zero-width and other invisible format characters, variation selectors and combining marks."""
-    return unicodedata.category(ch) in ("Cf", "Mn", "Me") or 0xFE00 <= ord(ch) <= 0xFE0F \
-        or ch in "\u115f\u1160\u3164\uffa0"
+@cache
+def _ignorable_table() -> dict[int, None]:
+    """Zero-width and other invisible format characters (joiners, soft hyphen, bidi controls),
+    variation selectors, combining marks and Hangul fillers: deleted by `str.translate`."""
+    codes = [c for lo, hi in ((0, 0x20000), (0xE0000, 0xE1000)) for c in range(lo, hi)
+             if unicodedata.category(chr(c)) in ("Cf", "Mn", "Me")]
+    codes += [*range(0xFE00, 0xFE10), 0x115F, 0x1160, 0x3164, 0xFFA0]
+    return dict.fromkeys(codes)
 
 
 _CJK_GAP = re.compile(f"(?<=[{CJK_CLASS}])\\s+(?=[{CJK_CLASS}])")
@@ -211,13 +190,70 @@ def fold_text(text: str) -> str:
     """One spelling for text that looks or reads the same: NFKC (fullwidth and styled letters),
     invisible characters and accents removed, confusable letters and small capitals to their Latin
     skeleton, emphasis marks and middle dots inside a word dropped, case folded, traditional Chinese
-    to simplified (OpenCC t2s), no spaces between CJK characters."""
-    text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
-    text = "".join(ch for ch in text if not _ignorable(ch))
-    text = unicodedata.normalize("NFKC", text).translate(_small_capitals()).translate(_skeleton_table())
-    text = _INSIDE_WORD.sub("", text).casefold()
-    text = _to_simplified().convert(text)
-    return _CJK_GAP.sub("", text)
+    to simplified (OpenCC's t2s, character by character), no spaces between CJK characters."""
+    text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text)).translate(_ignorable_table())
+    text = unicodedata.normalize("NFKC", text).translate(_letter_table())
+    return _CJK_GAP.sub("", _INSIDE_WORD.sub("", text).casefold())
+
+
+@cache
+def _letter_table() -> dict[int, str]:
+    """Small capitals, then confusables, then traditional characters, as one table (one pass)."""
+    return {**_simplified_table(), **_skeleton_table(), **_small_capitals()}
+
+
+_BIDI_OVERRIDE = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_TAG = re.compile(r"</?[A-Za-z!][^<>]{0,200}>")
+_LETTER = r"[^\W\d_]"
+# Marks between two letters of one word ("ans-wer", "a.n.s.w.e.r") and a run of three or more
+# single letters spaced out ("a n s w e r"): both read as the word they spell.
+_IN_WORD_MARK = re.compile(rf"(?<={_LETTER})[-‐‑‒–—_.'’/|]+(?={_LETTER})")
+_SPACED_LETTERS = re.compile(rf"(?<!{_LETTER}){_LETTER}(?:[\s\-_.*·/|]{{1,3}}{_LETTER}(?!{_LETTER})){{2,}}")
+_SPACING = re.compile(r"[\s\-_.*·/|]+")
+# Leetspeak, read inside a token that also has a letter ("4nsw3r"; "50" stays a number).
+_LEET_TOKEN = re.compile(r"[a-z0-9@$!|+]+")
+_LEET_MARK = re.compile(r"[a-z][0-9@$!|+]|[0-9@$!|+][a-z]")
+_LEET_TABLES = (str.maketrans("4@31!|05$7+", "aaeiiiosstt"), str.maketrans("4@31!|05$7+", "aaelilosstt"))   # 1: i or l
+
+
+def _unmarked(text: str) -> str:
+    """The text as a browser or Markdown renderer would show it: HTML entities and percent-escapes
+    decoded (repeatedly: "&amp;#97;"), comments and tags removed ("ans<!-- -->wer", "<b>ans</b>wer")."""
+    for _ in range(3):
+        decoded = html.unescape(urllib.parse.unquote(text)) if "&" in text or "%" in text else text
+        if decoded == text:
+            break
+        text = decoded
+    parts, pos = [], 0
+    while (start := text.find("<!--", pos)) >= 0:   # a loop, not a regex: an unclosed comment is linear
+        parts.append(text[pos:start])
+        end = text.find("-->", start + 4)
+        pos = len(text) if end < 0 else end + 3
+    return _TAG.sub("", "".join(parts) + text[pos:])
+
+
+def _leet(text: str, table: dict) -> str:
+    return _LEET_TOKEN.sub(lambda m: m.group().translate(table) if _LEET_MARK.search(m.group()) else m.group(), text)
+
+
+def _readings(answer: str) -> list[str]:
+    """Every folded way the reply can be read (`fold_text` of it as written and as rendered, with
+    in-word marks and letter spacing closed up, with leet digits as letters, reversed behind a bidi
+    override). A forbidden word in any reading is in the reply: each reading only adds matches,
+    and honest text reads the same in all of them."""
+    bases = {fold_text(answer)}
+    unmarked = _unmarked(answer)
+    if unmarked != answer:
+        bases.add(fold_text(unmarked))
+    if _BIDI_OVERRIDE.search(answer):
+        bases |= {b[::-1] for b in bases}
+    out = set(bases)
+    for base in bases:
+        joined = _SPACED_LETTERS.sub(lambda m: _SPACING.sub("", m.group()), _IN_WORD_MARK.sub("", base))
+        out.add(joined)
+        if _LEET_MARK.search(joined):
+            out.update(_leet(joined, table) for table in _LEET_TABLES)
+    return list(out)
 
 
 def _forbidden_list(c: dict) -> list[str]:
@@ -232,16 +268,18 @@ _LATIN_WORD_CHAR = f"[^\\W{CJK_CLASS}]"
 
 
 def _forbidden(answer: str, c: dict) -> bool:
-    folded = fold_text(answer)
+    readings = _readings(answer)
     for word in _forbidden_list(c):
         target = fold_text(str(word)).strip()
         if not target:
             return False  # a forbidden "word" that is empty after folding forbids nothing: refuse
         if _CJK.search(target) or not re.match(r"\w", target[0]) or not re.match(r"\w", target[-1]):
-            if target in folded:
+            if any(target in folded for folded in readings):
                 return False
-        elif re.search(rf"(?<!{_LATIN_WORD_CHAR}){re.escape(target)}(?!{_LATIN_WORD_CHAR})", folded):
-            return False
+        else:
+            pattern = re.compile(rf"(?<!{_LATIN_WORD_CHAR}){re.escape(target)}(?!{_LATIN_WORD_CHAR})")
+            if any(pattern.search(folded) for folded in readings):
+                return False
     return True
 
 
@@ -301,8 +339,10 @@ def _starts_with(answer: str, c: dict) -> bool:
 
 
 def _cased(text: str) -> bool:
-    """Case rules need a letter that has a case: CJK, digits and punctuation are neither upper nor lower."""
-    return any(ch.lower() != ch.upper() for ch in text)
+    """Case rules need text whose letters have a case: CJK, digits and punctuation are neither upper
+    nor lower, so at least half the letters must be cased ("答案是三十六 OK" is not in capitals)."""
+    cased = sum(map(str.isupper, text)) + sum(map(str.islower, text))
+    return cased > 0 and 2 * cased >= sum(map(str.isalpha, text))
 
 
 def _uppercase(answer: str, c: dict) -> bool:
@@ -320,7 +360,7 @@ def _max_words(answer: str, c: dict) -> bool:
 
 
 def _min_words(answer: str, c: dict) -> bool:
-    return count_words(answer) >= c["value"]
+    return count_real_words(answer, enough=c["value"]) >= c["value"]
 
 
 # Commas of every script, and look-alikes: NFKC maps fullwidth and small forms onto some of these.
@@ -328,7 +368,10 @@ _COMMAS = frozenset(",，、﹐﹑､︐‚،⹁⸴⸲߸᠂᠈꓾\u0326")
 
 
 def _no_comma(answer: str, c: dict) -> bool:
-    return not any(ch in _COMMAS for text in (answer, unicodedata.normalize("NFKC", answer)) for ch in text)
+    """No comma as written, after NFKC, or as rendered (`&comma;`, `&#44;`, `%2C`)."""
+    unmarked = _unmarked(answer)
+    views = (answer, unicodedata.normalize("NFKC", answer), unmarked, unicodedata.normalize("NFKC", unmarked))
+    return not any(ch in _COMMAS for text in views for ch in text)
 
 
 def _language(answer: str, c: dict) -> bool:
@@ -550,19 +593,19 @@ def _content(answer: str, constraints: list[dict]) -> str:
 
 
 def instruction_score(response: str, constraints: Any, partial: bool = False, *,
-                      reference: str | None = None) -> float:
-    """1.0 when every constraint holds (or the fraction that hold, with partial=True), and the reply
-    is a real one (`degenerate_reason`, judged with the task's reference answer when it has one).
-    Never raises: invalid constraints (a malformed string included) and degenerate replies score 0."""
-    try:
-        constraints = parse_constraints(constraints)
-        if not isinstance(response, str):
-            return 0.0
-        parsed = parse_response(response)
-        if (parsed.think_blocks and not parsed.closed) or parsed.closes > 1 or \
-                degenerate_reason(_content(parsed.answer, constraints), reference) is not None:
-            return 0.0
-        held = [check_constraint(response, c) for c in constraints]
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return 0.0
-    return sum(held) / len(held) if partial else float(all(held))
+                      reference: str | None = None, prompt: str | None = None) -> float:
+    """The reward: 1.0 when every constraint holds (or the fraction that hold, with partial=True)
+    and the guard layer finds the reply a real answer to this prompt (`instruction_guard`: with the
+    task's reference answer and prompt text when the row has them). Never raises: invalid
+    constraints (a malformed string included) score 0."""
+    from posttrain.rewards.instruction_guard import instruction_verdict   # the guard builds on this module
+
+    return instruction_verdict(response, constraints, partial, reference=reference, prompt=prompt)[0]
+
+
+def __getattr__(name: str):
+    if name == "degenerate_reason":   # lives with the other guards; read from here by older callers
+        from posttrain.rewards.instruction_guard import degenerate_reason
+
+        return degenerate_reason
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,11 +9,12 @@ that raises anyway (a verifier bug) gets {"reason": "verifier_error"} and is cou
 rest of the stream is still judged.
 
 What each kind reads, besides "response" (the whole reply, think block included):
-  math         "answer" (gold), optional "prompt" (the question: an answer that restates it is
-               unevaluated)                          -> rewards.verify_row, as training and evaluation
+  math         "answer" (gold), optional "prompt"     -> rewards.verify_row, as training and evaluation
   instruction  "constraints" (list, one object or a JSON string of them), or the IFEval form
-               "instruction_id_list" + "kwargs"; optional "answer" (the task's reference)
-                                                     -> instruction.instruction_score
+               "instruction_id_list" + "kwargs"; optional "answer" (the task's reference) and
+               "prompt" (the guards judge engagement with it)
+                                                     -> rewards.verify_row: the checkers, then the
+                                                        guards (reason guard:<name> when they refuse)
   code         "tests" (list of {"input","output"} / {"call","expected"}, or a JSON string of it)
                                                      -> code_judge.extract_code + run_tests
   format       "thinking" (true / false)             -> format.format_ok and format.mode_ok
@@ -154,9 +155,8 @@ def verify_lines(lines: Iterable[str | bytes] | BinaryIO | TextIO, out: TextIO |
 # ----------------------------------------------------------------------------------- the kinds
 
 def check_instruction(obj: dict) -> dict:
-    from posttrain.chat import parse_response
-    from posttrain.rewards.instruction import (_content, check_constraint, constraints_from_ifeval,
-                                               degenerate_reason, instruction_score, parse_constraints)
+    from posttrain.rewards import verify_row
+    from posttrain.rewards.instruction import check_constraint, constraints_from_ifeval, parse_constraints
 
     response = field(obj, "response", str, "a string")
     if "constraints" in obj:
@@ -171,19 +171,14 @@ def check_instruction(obj: dict) -> dict:
         constraints = make()
     except ValueError as e:
         raise BadInput(f"{key!r}: {e}", key) from None
-    reference = None
+    row = {"kind": "instruction", "constraints": constraints}
     if "answer" in obj and obj["answer"] is not None:
-        reference = str(field(obj, "answer", (str, int, float), "a string or a number"))
-    reward = instruction_score(response, constraints, reference=reference)
-    parsed = parse_response(response)
+        row["answer"] = str(field(obj, "answer", (str, int, float), "a string or a number"))
+    if obj.get("prompt") is not None:
+        row["prompt"] = field(obj, "prompt", (str, list), "the instruction: a string or chat messages")
+    reward, reason = verify_row(response, row)
     held = [{"type": c["type"], "held": check_constraint(response, c)} for c in constraints]
-    degenerate = None
-    if parsed.think_blocks and not parsed.closed:
-        reason = "unfinished_thinking"
-    else:
-        degenerate = degenerate_reason(_content(parsed.answer, constraints), reference)
-        reason = "degenerate" if degenerate else "constraints_met" if reward == 1.0 else "constraints_failed"
-    return {"reward": reward, "reason": reason, "constraints": held, "degenerate": degenerate}
+    return {"reward": reward, "reason": reason, "constraints": held}
 
 
 def _tests_field(obj: dict) -> list[dict]:

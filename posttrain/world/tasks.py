@@ -477,8 +477,10 @@ def instruction_tasks(n: int, seed: int, split: Split, languages: Iterable[Langu
         phrase = phrase.format(v=value)
         thinking = use_math and ctype != "no_thinking"
         response = assemble_response(reasoning if thinking else "", answer_text)
+        # A reply in another language states the answer translated: that is what it is checked against.
         tasks.append(InstructionTask(f"if-{split}-{seed}-{i}", language, f"{question} {phrase}", [constraint],
-                                     response, thinking, answer, "math" if use_math else "direct"))
+                                     response, thinking, answer_text if ctype == "language" else answer,
+                                     "math" if use_math else "direct"))
     return tasks
 
 

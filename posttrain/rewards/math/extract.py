@@ -32,6 +32,7 @@ def match_brace(text: str, i: int) -> int:
 
 
 _BARE_TOKEN_RE = re.compile(r"[^\s$]+")
+_BARE_TRAIL = TRAIL_PUNCT.replace("?", "").replace("？", "")
 
 
 def find_boxes(text: str) -> list[str | None]:
@@ -60,8 +61,8 @@ def find_boxes(text: str) -> list[str | None]:
                 out.append(None)
                 return out
             tok = t.group(0)
-            # "\boxed 5." / "\boxed 5\)" : keep the token itself
-            tok = re.sub(r"(\\\)|\\\])+$", "", tok).rstrip(TRAIL_PUNCT)
+            # "\boxed 5." / "\boxed 5\)" : keep the token itself, and a question mark: "\boxed 5?" is a doubt
+            tok = re.sub(r"(\\\)|\\\])+$", "", tok).rstrip(_BARE_TRAIL)
             out.append(tok if tok else None)
             if not tok:
                 return out

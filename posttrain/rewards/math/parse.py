@@ -26,11 +26,25 @@ _NUM_RE = re.compile(r"(\d+)(?:\.(\d*))?(?:\\overline\{(\d+)\})?|\.(\d+)(?:\\ove
 _EXP_MARK_RE = re.compile(r"[eE]([+-]?\d{1,5})(?![\d.A-Za-z_])")
 _MAX_EXP_MARK = 4000
 _CMD_RE = re.compile(r"\\([A-Za-z]+|.)")
-_GREEK = {
+# the commands read as a name; any other command the parser does not know (\cancel, \phantom,
+# \color, \neg, \sim, \approx, \pmod, ...) makes the answer unparsable rather than a symbol or
+# nothing, since what it does to the value is unknown
+GREEK = frozenset({
     "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta",
     "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi",
     "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Phi", "Psi", "Omega",
-}
+    "varpi", "varrho", "varsigma", "Upsilon", "Pi", "ell",
+})
+# Marks over a name make another object (\hat{x}, \bar{z} the conjugate, \overline{AB} a
+# segment, \vec{v}): read as a symbol of its own, never as the name under it.  Over anything else
+# (\overline{3+2i}, \bar{5}, \dot{3}) the meaning is not one this parser computes: unparsable.
+_MARKS = frozenset({
+    "overline", "underline", "bar", "hat", "widehat", "vec", "overrightarrow", "mathring", "tilde",
+    "widetilde", "dot", "ddot", "check", "breve", "acute", "grave",
+})
+_MARK_ARG_RE = re.compile(r"[A-Za-z]|\\[A-Za-z]+")
+# one way only to read each name (a command is never split into a shorter one and letters): linear
+_MARKED_RE = re.compile(r"\s*(?:[A-Za-z]|\\[A-Za-z]+(?![A-Za-z]))(?:\s*(?:[A-Za-z]|\\[A-Za-z]+(?![A-Za-z])))*\s*")
 
 
 def _num_value(m: re.Match) -> Fraction:
@@ -79,8 +93,9 @@ def _tokenize(s: str) -> list[tuple[str, object]]:
                 raise Unparsable("dangling backslash")
             name = m.group(1)
             i = m.end()
-            if name in ("overline", "vec", "hat", "bar", "widehat", "overrightarrow", "mathring"):
-                continue  # decoration: \overline{AB} is the group {AB}
+            if name in _MARKS:
+                i = _marked_name(s, i, name, toks)
+                continue
             if name in ("frac", "sqrt", "binom"):
                 toks.append((name, None))
             elif name in ("cdot", "times", "ast"):
@@ -104,9 +119,7 @@ def _tokenize(s: str) -> list[tuple[str, object]]:
                           "to", "infty", "over", "choose", "Reals", "emptyset", "varnothing",
                           "begin", "end", "%", "hline", "sum", "prod", "int"):
                 raise Unparsable("unsupported command \\" + name)
-            elif name in _GREEK:
-                toks.append(("name", name))
-            elif name.isalpha():
+            elif name in GREEK:
                 toks.append(("name", name))
             else:
                 raise Unparsable("unsupported command \\" + name)
@@ -168,6 +181,27 @@ def _tokenize(s: str) -> list[tuple[str, object]]:
             raise Unparsable("prime")
         raise Unparsable(f"unexpected character {ch!r}")
     return toks
+
+
+def _marked_name(s: str, i: int, mark: str, toks: list) -> int:
+    """The symbol of a mark over names (``\\hat{x}``, ``\\vec v``) appended to toks; returns the index
+    after it.  Unparsable over anything but names."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "{":
+        j = match_brace(s, i)
+        if j < 0:
+            raise Unparsable("unbalanced braces")
+        arg, end = s[i + 1 : j], j + 1
+    else:
+        m = _MARK_ARG_RE.match(s, i)
+        if m is None:
+            raise Unparsable(f"\\{mark} over something other than a name")
+        arg, end = m.group(0), m.end()
+    if not _MARKED_RE.fullmatch(arg) or any(c not in GREEK for c in re.findall(r"\\([A-Za-z]+)", arg)):
+        raise Unparsable(f"\\{mark} over something other than a name")
+    toks.append(("name", "\\" + mark + "{" + re.sub(r"\s+", "", arg) + "}"))
+    return end
 
 
 MINUS_ONE = ["n", -1, 1]

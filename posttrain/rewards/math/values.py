@@ -13,7 +13,7 @@ from posttrain.rewards.math.limits import (
 from posttrain.rewards.math.normalise import (
     CJK, CJK_RE, PERCENT_RE, check_balanced, clean_answer, is_wordy, normalise_text, strip_units,
 )
-from posttrain.rewards.math.parse import MINUS_ONE, parse_expr
+from posttrain.rewards.math.parse import GREEK, MINUS_ONE, parse_expr
 
 
 class Scalar:
@@ -47,8 +47,10 @@ class Scalar:
 #              ("seq", open, close, [v]) | ("union", [v]) | ("matrix", [[v]]) | ("eq", Scalar)
 #              ("rel", (ops...), [Scalar]) | ("ratio", [Scalar, Scalar])
 
+# a name on one side of "=": letters, a Greek letter (not any command: \not= 5 is no x = 5), f(2)
 _NAME_LHS_RE = re.compile(
-    r"^\s*(?:[A-Za-z]{1,3}(?:_\{?[0-9A-Za-z]+\}?)?|\\[A-Za-z]+(?:_\{?[0-9A-Za-z]+\}?)?|[A-Za-z]\s*\([^()]*\))('*)\s*$"
+    r"^\s*(?:[A-Za-z]{1,3}(?:_\{?[0-9A-Za-z]+\}?)?|\\(?:" + "|".join(sorted(GREEK, key=len, reverse=True))
+    + r")(?![A-Za-z])(?:_\{?[0-9A-Za-z]+\}?)?|[A-Za-z]\s*\([^()]*\))('*)\s*$"
 )
 _REL_TOKENS = [
     ("\\leqslant", "<="), ("\\geqslant", ">="), ("\\leq", "<="), ("\\geq", ">="), ("\\neq", "!="),
@@ -226,6 +228,8 @@ def parse_value(raw: str, thousands: bool, level: int = 0) -> tuple:
             return ("seq", opener, close, [parse_value(p, thousands, level + 1) for p in elems])
         if opener == "[" and close == ")" or opener == "(" and close == "]":
             raise Unparsable("half-open bracket around one value")
+        if opener == "[" and close == "]":  # [x] is the integer part in some notations, not x
+            raise Unparsable("square brackets around one value")
 
     # one scalar (or text)
     pct = False
