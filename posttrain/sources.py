@@ -3,7 +3,9 @@
 A source is a local file or directory (JSONL, JSON, parquet, CSV, an Arrow `save_to_disk`
 directory) or a Hugging Face dataset id (through `datasets.load_dataset`, so a local HF cache works
 offline), with a `columns` mapping from the user's names to ours, and optional `split`, `limit`,
-`shuffle_seed` and `weight` (a share of the role's rows when a role mixes several sources).
+`shuffle_seed` and `weight` (a share of the role's rows when a role mixes several sources), and the
+declarative transforms of posttrain.source_transforms for datasets as they are published (`values`,
+`answer_from`, `reply`, `drop`, dotted `columns` paths, ShareGPT turns).
 
 Every row is normalised into one of two shapes, whatever form it came in (TRL's standard formats
 are accepted as they are: conversational `messages`, `prompt` / `completion` plain or
@@ -33,9 +35,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from posttrain import source_transforms as transforms
 from posttrain.chat import THINK_OPEN, assemble_response
 from posttrain.dataio import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
 from posttrain.rewards import TASK_KINDS
+from posttrain.source_transforms import AnswerFrom, DropReason, MapValue, ReplyFrom, RowRefused
 
 TaskKind = Literal[TASK_KINDS]   # the kinds that have a verifier (posttrain.rewards.TASKS)
 SFT_ROLES = ("cold_start", "thinking", "non_reasoning")
@@ -55,9 +59,19 @@ class SourceConfig(BaseModel):
     path: str | None = None
     hf: str | None = None
     hf_config: str | None = None           # the dataset's configuration name
+    revision: str | None = None            # hf: a tag, branch or commit of the dataset (in the label)
     split: str = "train"                   # split of an HF id or of a DatasetDict directory
     format: Literal["auto", "jsonl", "json", "parquet", "csv", "arrow"] = "auto"
-    columns: dict[str, str] = {}           # the user's column name -> ours (e.g. {problem: prompt})
+    # The user's column name -> ours (e.g. {problem: prompt}); a dotted path reads a nested field,
+    # through JSON text too ({verification_info.test_cases: tests}).
+    columns: dict[str, str] = {}
+    # Column (as named after `columns:`) -> {their value: ours} or a regex whose one group is the
+    # value ({difficulty: "Level (\\d+)"}).
+    values: dict[str, dict[str, MapValue] | str] = {}
+    answer_from: AnswerFrom | None = None  # prompt roles: {column, extract: gsm8k | boxed | regex, pattern}
+    reply: ReplyFrom | None = None         # SFT roles: {reasoning, answer} columns, or {markers: open_thoughts}
+    drop: list[DropReason] = []            # reasons whose rows are dropped and counted, not refused
+    word_answers: bool = False             # math gold answers that are plain words (yes / no) are meant
     kind: TaskKind | None = None           # task kind of rows that have no `kind` column
     language: str | None = None            # language of rows that have no `language` column
     thinking: bool | None = None           # mode of rows that have no `thinking` column
@@ -66,18 +80,33 @@ class SourceConfig(BaseModel):
     weight: float | None = Field(None, gt=0)
     max_row_bytes: int = Field(MAX_ROW_BYTES, ge=1)   # a larger row (JSONL line) is refused, naming this
 
+    _values = field_validator("values", mode="before")(lambda cls, v: transforms.check_value_maps(v))
+    _columns = field_validator("columns")(lambda cls, v: transforms.check_columns(v))
+
     @model_validator(mode="after")
     def _one_location(self):
         if (self.path is None) == (self.hf is None):
             raise ValueError("a data source needs exactly one of `path` (local file or directory) and `hf` "
                              "(a Hugging Face dataset id)")
+        if self.revision is not None and self.hf is None:
+            raise ValueError("`revision:` picks a version of an `hf:` dataset; a local `path` has none")
+        onto_answer = [k for k, v in self.columns.items() if v == "answer"]
+        if self.answer_from and onto_answer and self.answer_from.column != "answer":
+            raise ValueError(f"`columns:` maps {onto_answer[0]!r} onto 'answer', which `answer_from` writes")
         return self
 
     @property
     def label(self) -> str:
         if self.path is not None:
             return self.path
-        return f"hf:{self.hf}" + (f"/{self.hf_config}" if self.hf_config else "") + f"[{self.split}]"
+        return (f"hf:{self.hf}" + (f"/{self.hf_config}" if self.hf_config else "")
+                + (f"@{self.revision}" if self.revision else "") + f"[{self.split}]")
+
+    def transform_summary(self) -> str | None:
+        """The transforms it sets, as `data check` and the run log show them (one line of JSON)."""
+        said = self.model_dump(mode="json", include={"values", "answer_from", "reply", "drop", "word_answers"},
+                               exclude_defaults=True, exclude_none=True)
+        return json.dumps(said, ensure_ascii=False) if said else None
 
 
 def _as_list(value):
@@ -100,6 +129,7 @@ class RoleData:
     shares: dict[str, float] = field(default_factory=dict)   # realised share of each source
     notes: list[str] = field(default_factory=list)           # upsampling and other things to log
     hashes: dict[str, str] = field(default_factory=dict)     # each source's content hash (lineage)
+    dropped: dict[str, int] = field(default_factory=dict)    # rows dropped by the sources' `drop:`, per reason
 
 
 def source_hash(source: SourceConfig, root: Path) -> str:
@@ -110,7 +140,8 @@ def source_hash(source: SourceConfig, root: Path) -> str:
     if source.hf is not None:
         from datasets import load_dataset
 
-        return "hf:" + load_dataset(source.hf, source.hf_config, split=source.split)._fingerprint
+        return "hf:" + load_dataset(source.hf, source.hf_config, split=source.split,
+                                    revision=source.revision)._fingerprint
     path = Path(source.path) if Path(source.path).is_absolute() else root / source.path
     check_regular(path)
     if path.is_file():
@@ -200,10 +231,11 @@ def _read_hf(source: SourceConfig) -> list[LocatedRow]:
     from datasets import load_dataset
 
     try:
-        data = load_dataset(source.hf, source.hf_config, split=source.split)
+        data = load_dataset(source.hf, source.hf_config, split=source.split, revision=source.revision)
     except Exception as exc:
         raise DatasetError(f"hf:{source.hf}: cannot load split {source.split!r}"
-                           f"{f' of config {source.hf_config!r}' if source.hf_config else ''} ({type(exc).__name__}: "
+                           f"{f' of config {source.hf_config!r}' if source.hf_config else ''}"
+                           f"{f' at revision {source.revision!r}' if source.revision else ''} ({type(exc).__name__}: "
                            f"{exc}); offline, the dataset must already be in the local Hugging Face cache") from None
     return [LocatedRow(dict(r), f"{source.label} row {i}") for i, r in enumerate(data)]
 
@@ -212,20 +244,22 @@ def _read_hf(source: SourceConfig) -> list[LocatedRow]:
 
 
 def _mapped(raw: dict, source: SourceConfig, where: str) -> dict:
-    missing = [user for user in source.columns if user not in raw]
-    if missing:
-        raise DatasetError(f"{where}: column {missing[0]!r} (mapped by `columns:` to {source.columns[missing[0]]!r}) "
-                           f"is missing; the row has {', '.join(sorted(raw)) or 'no columns'}")
-    renamed = {source.columns.get(k, k): v for k, v in raw.items()}
-    return renamed
+    """The row with `columns:` and `values:` applied (posttrain.source_transforms)."""
+    row = transforms.rename(raw, source.columns, where)
+    transforms.map_values(row, source.values, where, source.columns)
+    return row
 
 
 def _messages(value, where: str, column: str) -> list[dict]:
+    """A list of {role, content} messages (or ShareGPT {from, value} turns), given as such or as JSON."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
             raise DatasetError(f"{where}: column {column!r} is text, not a list of messages") from None
+    if isinstance(value, list):
+        value = [transforms.sharegpt_turn(m, where, column) if isinstance(m, dict) and "from" in m and "role" not in m
+                 else m for m in value]
     if not isinstance(value, list) or not value or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value):
         raise DatasetError(f"{where}: column {column!r} must be a non-empty list of {{role, content}} messages")
@@ -268,22 +302,38 @@ def _language(row: dict, source: SourceConfig, text: str) -> str:
     return str(value) if value else detect_language(text)
 
 
+def _conversation(row: dict, source: SourceConfig, where: str) -> tuple[list[dict], str]:
+    """The row's turns and the column its reply comes from: `messages`, ShareGPT `conversations`,
+    or `prompt` + `completion` (a `prompt` alone when `reply:` builds the reply)."""
+    if "messages" in row:
+        return _messages(row["messages"], where, "messages"), "messages"
+    if "conversations" in row:
+        return _messages(row["conversations"], where, "conversations"), "conversations"
+    if "prompt" in row and ("completion" in row or source.reply is not None):
+        turns = _turns(row["prompt"], where, "prompt", "user")
+        if "completion" in row:
+            turns += _turns(row["completion"], where, "completion", "assistant")
+        return turns, "completion"
+    raise DatasetError(f"{where}: an SFT row needs a `messages` column or `prompt` and `completion` columns "
+                       f"(has {', '.join(sorted(row)) or 'none'}; map yours with `columns:`)")
+
+
 def normalise_sft(raw: dict, source: SourceConfig, where: str, role: str) -> dict:
     row = _mapped(raw, source, where)
-    if "messages" in row:
-        messages = _messages(row["messages"], where, "messages")
-    elif "prompt" in row and "completion" in row:
-        messages = _turns(row["prompt"], where, "prompt", "user") + _turns(row["completion"], where, "completion", "assistant")
-    else:
-        raise DatasetError(f"{where}: an SFT row needs a `messages` column or `prompt` and `completion` columns "
-                           f"(has {', '.join(sorted(raw)) or 'none'}; map yours with `columns:`)")
+    messages, column = _conversation(row, source, where)
+    if source.reply is not None:
+        messages = transforms.build_reply(messages, row, source.reply, where, source.columns,
+                                          transforms.origin(column, source.columns))
+        column = source.reply.reasoning or column   # what an empty built reasoning is to be blamed on
     if messages[-1]["role"] != "assistant" or not messages[-1]["content"].strip():
-        raise DatasetError(f"{where}: column 'messages': the last message must be a non-empty assistant reply")
+        raise DatasetError(f"{where}: column {column!r}: the last message must be a non-empty assistant reply")
     if not any(m["role"] == "user" for m in messages):
-        raise DatasetError(f"{where}: column 'messages': no user turn")
+        raise DatasetError(f"{where}: column {column!r}: no user turn")
     thinking = _bool_or_none(row["thinking"], where, "thinking") if "thinking" in row else (
         source.thinking if source.thinking is not None else ROLE_THINKING[role])
     reply = messages[-1]["content"]
+    if thinking is True:
+        transforms.check_think_block(reply, where, transforms.origin(column, source.columns), row)
     if thinking is False and THINK_OPEN not in reply:
         # Non-thinking replies keep an empty think block (Qwen3), so the mode is visible in the reply.
         messages[-1] = {"role": "assistant", "content": assemble_response("", reply)}
@@ -297,10 +347,14 @@ def normalise_sft(raw: dict, source: SourceConfig, where: str, role: str) -> dic
 
 def normalise_prompt(raw: dict, source: SourceConfig, where: str) -> dict:
     row = _mapped(raw, source, where)
+    if source.answer_from is not None:
+        value = transforms.lookup(row, source.answer_from.column, where, "answer_from.column", source.columns)
+        row["answer"] = transforms.extract_answer(value, source.answer_from, where, source.columns)
     if "prompt" in row:
         prompt = _turns(row["prompt"], where, "prompt", "user")
-    elif "messages" in row:
-        prompt = _messages(row["messages"], where, "messages")
+    elif "messages" in row or "conversations" in row:
+        column = "messages" if "messages" in row else "conversations"
+        prompt = _messages(row[column], where, column)
         if prompt[-1]["role"] == "assistant":
             prompt = prompt[:-1]
     else:
@@ -316,14 +370,17 @@ def normalise_prompt(raw: dict, source: SourceConfig, where: str) -> dict:
     out = {"prompt": prompt, "kind": kind,
            "thinking": _bool_or_none(row["thinking"], where, "thinking") if "thinking" in row else source.thinking,
            "language": _language(row, source, prompt[-1]["content"])}
-    out.update(_task_fields(kind, row, where))
+    out.update(_task_fields(kind, row, where, source))
     for key in ("id", "difficulty", "group", "source"):
         if key in row and row[key] is not None:
             out[key] = row[key]
+    if "difficulty" in out:
+        column = transforms.origin("difficulty", source.columns)
+        out["difficulty"] = transforms.difficulty(out["difficulty"], where, column)
     return out
 
 
-def _task_fields(kind: str, row: dict, where: str) -> dict:
+def _task_fields(kind: str, row: dict, where: str, source: SourceConfig) -> dict:
     """What each kind's verifier needs, checked now so that no reward meets bad data mid-training."""
     if kind in ("math", "direct"):
         answer = row.get("answer")
@@ -331,12 +388,14 @@ def _task_fields(kind: str, row: dict, where: str) -> dict:
             raise DatasetError(f"{where}: column 'answer' is missing or empty (a {kind} row needs its gold answer)")
         answer = str(answer)
         if kind == "math":
-            from posttrain.rewards.math import GoldAnswerError, check_gold
-
-            try:
-                check_gold(answer)
-            except GoldAnswerError as exc:
-                raise DatasetError(f"{where}: column 'answer': {exc}") from None
+            if source.answer_from is not None:
+                column = f"'answer' (taken from {source.answer_from.column!r} by `answer_from`)"
+                file_column = source.answer_from.column
+            else:
+                column = transforms.origin("answer", source.columns)
+                file_column = next((k for k, v in source.columns.items() if v == "answer"), "answer")
+            transforms.check_math_gold(answer, where, column, file_column, source.word_answers,
+                                       renamed=file_column != "answer")
         return {"answer": answer}
     if kind == "instruction":
         # A reference answer, where the data has one, tells the verifier what counts as content.
@@ -385,7 +444,10 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
     sum of the sources' sizes), drawn with the seed; a source smaller than its share is upsampled,
     which `notes` says."""
     per_source: list[tuple[SourceConfig, list[dict]]] = []
+    notes: list[str] = []
+    dropped: Counter = Counter()
     for source in sources:
+        _check_role_transforms(role, source)
         raw = read_source(source, root)
         if source.shuffle_seed is not None:
             random.Random(source.shuffle_seed).shuffle(raw)
@@ -395,7 +457,24 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
             raise DatasetError(f"{source.label}: data source of role {role!r} is empty")
         normalise = (lambda r, w: normalise_sft(r, source, w, role)) if role in SFT_ROLES else (
             lambda r, w: normalise_prompt(r, source, w))
-        per_source.append((source, [normalise(r.row, r.where) for r in raw]))
+        rows, gone = [], Counter()
+        for r in raw:
+            try:
+                rows.append(normalise(r.row, r.where))
+            except RowRefused as exc:
+                if exc.reason not in source.drop:
+                    raise
+                gone[exc.reason] += 1
+        if source.transform_summary():
+            notes.append(f"role {role!r}: {source.label} transforms {source.transform_summary()}")
+        if gone:
+            counts = ", ".join(f"{reason} {n}" for reason, n in sorted(gone.items()))
+            if not rows:
+                raise DatasetError(f"{source.label}: no row of role {role!r} is left: `drop:` dropped all "
+                                   f"{len(raw)} ({counts})")
+            notes.append(f"role {role!r}: {source.label} dropped {sum(gone.values())} of {len(raw)} rows ({counts})")
+            dropped.update(gone)
+        per_source.append((source, rows))
     weights = [s.weight for s, _ in per_source]
     if any(w is not None for w in weights) and not all(w is not None for w in weights):
         raise DatasetError(f"role {role!r}: give every source a `weight`, or none")
@@ -405,9 +484,9 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
     total = sum(len(rows) for _, rows in per_source)
     if weights[0] is None:
         rows = [r for _, source_rows in per_source for r in source_rows]
-        return RoleData(rows, {s.label: len(r) / total for s, r in per_source}, hashes=hashes)
+        return RoleData(rows, {s.label: len(r) / total for s, r in per_source}, notes, hashes, dict(dropped))
     rng = random.Random(f"{role}/{seed}")
-    mixed, notes, counts = [], [], {}
+    mixed, counts = [], {}
     for source, source_rows in per_source:
         want = round(total * source.weight / sum(weights))
         full, rest = divmod(want, len(source_rows))
@@ -418,7 +497,18 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
         counts[source.label] = len(drawn)
         mixed.extend(drawn)
     rng.shuffle(mixed)
-    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes, hashes)
+    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes, hashes, dict(dropped))
+
+
+def _check_role_transforms(role: str, source: SourceConfig) -> None:
+    """A transform the role would not use is refused, not ignored."""
+    if role in SFT_ROLES and source.answer_from is not None:
+        raise DatasetError(f"{source.label}: `answer_from:` gives prompt rows their gold answer; role {role!r} holds "
+                           "SFT rows (an answer in the reply: `reply: {reasoning: ..., answer: {column: ..., "
+                           "extract: ...}}`)")
+    if role not in SFT_ROLES and source.reply is not None:
+        raise DatasetError(f"{source.label}: `reply:` builds SFT replies; role {role!r} holds prompts (a gold answer: "
+                           "`answer_from:`)")
 
 
 # ---------------------------------------------------------------- contamination

@@ -100,7 +100,7 @@ BAD_DATA = [
      {"d.jsonl": GOOD}, r"d.jsonl:1: column 'problem' \(mapped by `columns:` to 'prompt'\) is missing"),
     ("unparsable gold answer", {"path": "d.jsonl", "kind": "math", "columns": {"question": "prompt", "gold": "answer"}},
      {"d.jsonl": GOOD + '{"question": "What is 5 plus 5?", "gold": "\\\\frac{1}{"}\n'},
-     r"d.jsonl:2: column 'answer': cannot parse gold answer"),
+     r"d.jsonl:2: column 'answer' \(the file's 'gold'\): cannot parse gold answer"),
     ("empty source", {"path": "d.jsonl", "kind": "math"}, {"d.jsonl": ""}, r"d.jsonl: data source of role 'reasoning_prompts' is empty"),
     ("malformed JSONL line", {"path": "d.jsonl", "kind": "math", "columns": {"question": "prompt", "gold": "answer"}},
      {"d.jsonl": GOOD + '{"question": "x", "gold": \n'}, r"d.jsonl:2:\d+: not valid JSON"),
@@ -148,3 +148,145 @@ def test_an_eval_suite_source_without_a_kind_holds_rows_of_the_suites_kind(tmp_p
     suite = EvalSuiteConfig(name="math", kind="math", sources=[{"path": str(path)}])
     assert suite.sources[0].kind == "math"
     assert EvalSuiteConfig(name="mixed", kind="math", sources=[{"path": str(path), "kind": "direct"}]).sources[0].kind == "direct"
+
+
+# ---------------------------------------------------------------- published datasets mis-read, refused
+
+def _published(tmp_path, writer) -> str:
+    import published_shapes
+
+    return str(getattr(published_shapes, writer)(tmp_path / "data"))
+
+
+MIS_READ = [
+    # (case, fixture writer, role, source settings, the one line that says what to set)
+    ("GSM8K answer without its extractor", "write_gsm8k", "reasoning_prompts",
+     {"kind": "math", "columns": {"question": "prompt"}},
+     r" row 0: column 'answer': '.*' looks like GSM8K's `#### N` .*set `answer_from: \{column: answer, extract: gsm8k\}`"),
+    ("NuminaMath worked solution as the gold answer", "write_numina_cot", "reasoning_prompts",
+     {"kind": "math", "columns": {"problem": "prompt", "solution": "answer"}},
+     r" row 0: column 'answer' \(the file's 'solution'\): '.*' looks like a worked solution.*"
+     r"set `answer_from: \{column: solution, extract: boxed\}`"),
+    ("OpenR1 proof as the gold answer", "write_openr1", "reasoning_prompts",
+     {"kind": "math", "columns": {"problem": "prompt"}},
+     r" row 1: column 'answer': 'proof' is words, not a value the verifier can check.*`drop: \[unverifiable_answer\]`"),
+    ("MATH level text as the difficulty", "write_competition_math", "reasoning_prompts",
+     {"kind": "math", "columns": {"problem": "prompt", "level": "difficulty"},
+      "answer_from": {"column": "solution", "extract": "boxed"}},
+     r" row 0: column 'difficulty' \(the file's 'level'\) is 'Level 1', not an integer.*"
+     r"`values: \{difficulty: \"Level \(\\\\d\+\)\"\}`"),
+    ("NuminaMath CoT as thinking SFT", "write_numina_cot", "cold_start", {},
+     r" row 0: column 'messages': a thinking-mode reply with no think block .*`reply: \{reasoning: "),
+    ("OpenThoughts traces as thinking SFT", "write_open_thoughts", "cold_start", {},
+     r" row 0: column 'conversations': a thinking-mode reply with no think block.*<\|begin_of_thought\|>.*"
+     r"`reply: \{markers: open_thoughts\}`"),
+    ("s1K attempt as thinking SFT", "write_s1k", "cold_start", {"columns": {"question": "prompt", "attempt": "completion"}},
+     r" row 0: column 'completion' \(the file's 'attempt'\): a thinking-mode reply with no think block.*"
+     r"'thinking_trajectories'"),
+]
+
+
+@pytest.mark.parametrize("case,writer,role,settings,message", MIS_READ, ids=[c[0] for c in MIS_READ])
+def test_a_published_dataset_mis_read_is_refused_naming_row_column_and_the_setting(tmp_path, case, writer, role,
+                                                                                     settings, message):
+    source = SourceConfig(path=_published(tmp_path, writer), **settings)
+    with pytest.raises(DatasetError) as refused:
+        load_role(role, [source], tmp_path, 0)
+    text = str(refused.value)
+    assert "\n" not in text and re.search(message, text), text
+    assert len(text) < 500, text   # the offending value cut short, never a whole trace
+
+
+def test_a_columns_mapping_onto_a_name_the_row_has_is_refused(tmp_path):
+    turn = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    path = _write(tmp_path / "pairs.jsonl", [{"messages": turn, "rejected": turn}])
+    with pytest.raises(DatasetError, match=r"pairs.jsonl:1: `columns:` maps 'rejected' onto 'messages', which the "
+                                           r"row already has"):
+        load_role("non_reasoning", [SourceConfig(path=str(path), columns={"rejected": "messages"})], tmp_path, 0)
+    with pytest.raises(ValueError, match="both onto 'prompt'"):
+        SourceConfig(path=str(path), columns={"question": "prompt", "problem": "prompt"})
+
+
+@pytest.mark.parametrize("gold", ["proof", "Proof", "proof omitted", "See solution", "None", "not applicable"])
+def test_a_gold_answer_that_is_no_value_is_refused(tmp_path, gold):
+    path = _write(tmp_path / "m.jsonl", [{"question": "Prove it.", "gold": gold}])
+    with pytest.raises(DatasetError, match=r"m.jsonl:1: column 'answer' \(the file's 'gold'\): .* is words, not a value "
+                                           r"the verifier can check"):
+        load_role("reasoning_prompts", [_math_source(path)], tmp_path, 0)
+
+
+@pytest.mark.parametrize("gold", ["\\text{Evelyn}", "A", "(C)", "x = 3", "\\frac{1}{2}", "2, 3", "\\emptyset"])
+def test_gold_answers_that_are_values_or_typeset_words_are_kept(tmp_path, gold):
+    path = _write(tmp_path / "m.jsonl", [{"question": "Which?", "gold": gold}])
+    assert load_role("reasoning_prompts", [_math_source(path)], tmp_path, 0).rows[0]["answer"] == gold
+
+
+def test_word_answers_are_kept_when_the_source_says_they_are_meant(tmp_path):
+    path = _write(tmp_path / "m.jsonl", [{"question": "Is 7 prime?", "gold": "Yes"}])
+    assert load_role("reasoning_prompts", [_math_source(path, word_answers=True)], tmp_path, 0).rows[0]["answer"] == "Yes"
+
+
+def test_answer_extractors(tmp_path):
+    rows = [{"q": "a", "s": "so \\boxed{\\frac{1}{\\sqrt{2}}} and then \\boxed{\\{1, 2\\}}.", "g": "x\n#### 1,234,567",
+             "r": "Answer: 12 (or rather) Answer: 13"},
+            {"q": "b", "s": "no box here", "g": "y\n#### -5", "r": "Answer: 7"}]
+    path = _write(tmp_path / "x.jsonl", rows)
+
+    def answers(extract, column, **extra):
+        source = SourceConfig(path=str(path), kind="math", columns={"q": "prompt"}, drop=["no_answer"],
+                              answer_from={"column": column, "extract": extract, **extra})
+        role = load_role("reasoning_prompts", [source], tmp_path, 0)
+        return [r["answer"] for r in role.rows], role.dropped
+
+    assert answers("gsm8k", "g") == (["1234567", "-5"], {})
+    assert answers("boxed", "s") == (["\\{1, 2\\}"], {"no_answer": 1})
+    assert answers("regex", "r", pattern=r"Answer: (\d+)") == (["13", "7"], {})
+    with pytest.raises(ValueError, match="one group"):
+        SourceConfig(path=str(path), answer_from={"column": "r", "extract": "regex", "pattern": r"Answer: \d+"})
+    only_boxed = SourceConfig(path=str(path), kind="math", columns={"q": "prompt"}, answer_from={"column": "s", "extract": "boxed"})
+    with pytest.raises(DatasetError, match=r"x.jsonl:2: column 's' has no \\boxed\{\} for `answer_from` \(extract: boxed\); "
+                                           r"or drop such rows with `drop: \[no_answer\]`"):
+        load_role("reasoning_prompts", [only_boxed], tmp_path, 0)
+
+
+def test_a_transform_for_the_other_kind_of_role_is_refused(tmp_path):
+    path = _write(tmp_path / "m.jsonl", MATH_ROWS)
+    with pytest.raises(DatasetError, match="`answer_from:` gives prompt rows their gold answer"):
+        load_role("cold_start", [SourceConfig(path=str(path), answer_from={"column": "gold", "extract": "boxed"})], tmp_path, 0)
+    with pytest.raises(DatasetError, match="`reply:` builds SFT replies"):
+        load_role("reasoning_prompts", [_math_source(path, reply={"reasoning": "gold", "answer": "gold"})], tmp_path, 0)
+
+
+def test_data_check_shows_the_transforms_and_the_rows_dropped(tmp_path):
+    source = {"path": _published(tmp_path, "write_competition_math"), "kind": "math",
+              "columns": {"problem": "prompt", "level": "difficulty"}, "values": {"difficulty": "Level (\\d+)"},
+              "answer_from": {"column": "solution", "extract": "boxed"}, "drop": ["no_answer", "unmapped_value"]}
+    done = _check(_project(tmp_path, source, {}))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"reasoning_prompts\s+3\s+math 3", done.stdout), done.stdout
+    assert "dropped 2 of 5 rows (no_answer 1, unmapped_value 1)" in done.stdout
+    assert '"answer_from": {"column": "solution", "extract": "boxed"}' in done.stdout
+
+
+def test_a_worked_solution_the_math_parser_would_accept_is_still_refused_as_a_gold_answer(tmp_path):
+    path = _write(tmp_path / "m.jsonl", [{"question": "What is 17 plus 22?", "gold": "We have \\boxed{39}. Thus the answer is 39."}])
+    with pytest.raises(DatasetError, match=r"m.jsonl:1: column 'answer' \(the file's 'gold'\): .* looks like a worked "
+                                           r"solution.*`answer_from: \{column: gold, extract: boxed\}`"):
+        load_role("reasoning_prompts", [_math_source(path)], tmp_path, 0)
+
+
+@pytest.mark.parametrize("level", ["Level 2", "hard", 2.5, True])
+def test_a_difficulty_that_is_no_integer_is_refused_at_load(tmp_path, level):
+    path = _write(tmp_path / "m.jsonl", [{"question": "What is 1 plus 1?", "gold": "2", "level": level}])
+    source = SourceConfig(path=str(path), kind="math", columns={"question": "prompt", "gold": "answer", "level": "difficulty"})
+    with pytest.raises(DatasetError, match=r"m.jsonl:1: column 'difficulty' \(the file's 'level'\) is .*, not an integer.*`values: \{difficulty: "):
+        load_role("reasoning_prompts", [source], tmp_path, 0)
+    path.write_text(json.dumps({"question": "What is 1 plus 1?", "gold": "2", "level": "3"}) + "\n")
+    assert load_role("reasoning_prompts", [source], tmp_path, 0).rows[0]["difficulty"] == 3
+
+
+def test_a_reasoning_column_joins_the_rows_own_reply_and_loses_its_own_think_tags(tmp_path):
+    turns = [{"role": "user", "content": "What is 2 plus 3?"}, {"role": "assistant", "content": "It is 5."}]
+    path = _write(tmp_path / "r1.jsonl", [{"messages": turns, "reasoning_content": "<think>\n2 and 3 make 5.\n</think>"}])
+    (row,) = load_role("cold_start", [SourceConfig(path=str(path), reply={"reasoning": "reasoning_content"})], tmp_path, 0).rows
+    assert row["messages"][-1]["content"] == "<think>\n2 and 3 make 5.\n</think>\n\nIt is 5."
