@@ -86,16 +86,27 @@ def _processes_with(token: str) -> list[int]:
     return found
 
 
-def _private_uid_processes() -> int:
-    """Processes running under a sandbox uid (>= 1e6) right now."""
+def _processes_of(uid: int) -> int:
+    """Processes running under `uid` right now."""
     n = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             uid_line = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        n += int(uid_line.split()[1]) >= 1_000_000
+        n += int(uid_line.split()[1]) == uid
     return n
+
+
+@pytest.fixture
+def sandbox_uid(monkeypatch):
+    """The private uid every sandbox of this test runs under (other sandboxes on a shared host
+    have their own, so counting this one's processes is not disturbed by theirs)."""
+    from posttrain.rewards import code_sandbox
+
+    uid = code_sandbox._private_uid()
+    monkeypatch.setattr(code_sandbox, "_private_uid", lambda: uid)
+    return uid
 
 
 @pytest.fixture
@@ -149,7 +160,8 @@ def test_call_tests_compare_values():
                          {"call": "g()", "expected": "[1, 2]"}])
     assert v.reward == 1.0, v.details
     assert run_tests(code, [{"call": "g()", "expected": "(1, 2)"}]).reward == 0.0  # list is not a tuple
-    assert run_tests(code, [{"call": "f(1, 0)", "expected": "True"}]).reward == 0.0  # 1 is not True
+    # `==`, as the datasets' own `assert f(1, 0) == True` compares: 1 == True
+    assert run_tests(code, [{"call": "f(1, 0)", "expected": "True"}]).reward == 1.0
     # the candidate's own prints do not disturb the returned value
     assert run_tests("def h():\n    print(99)\n    return 7\n", [{"call": "h()", "expected": "7"}]).reward == 1.0
 
@@ -196,7 +208,7 @@ def test_deadlines_are_enforced(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_fork_bomb_gets_zero_and_leaves_nothing_behind(mode):
+def test_fork_bomb_gets_zero_and_leaves_nothing_behind(mode, sandbox_uid):
     v = _one("import os\nwhile True:\n    os.fork()\n", limits=SandboxLimits(cpu_s=1, wall_s=1.5, isolation=mode))
     assert v.reward == 0.0 and v.reason == "violation", v.details
     # With the hook off, RLIMIT_NPROC of the candidate's uid refuses every fork.
@@ -205,7 +217,7 @@ def test_fork_bomb_gets_zero_and_leaves_nothing_behind(mode):
     v = _one(persistent, output="0", limits=SandboxLimits(cpu_s=1, wall_s=5, isolation=mode, audit_hook=False))
     assert v.reward == 1.0, v.details
     if ROOT:
-        assert _private_uid_processes() == 0
+        assert _processes_of(sandbox_uid) == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -284,15 +296,14 @@ HOOK = pytest.mark.parametrize("hook", [True, False], ids=["hook-escaped", "no-h
 @HOOK
 @pytest.mark.parametrize("mode", MODES)
 def test_no_signals_reach_the_harness(mode, hook, usr1_count):
-    """Layer: bwrap's pid namespace (the harness's pid does not exist in it), or the namespaces
-    mode's private uid (EPERM)."""
+    """Layer: the pid namespace, bwrap's or the namespaces mode's (the harness's pid does not exist
+    in it; without it the namespaces mode's private uid still gets EPERM)."""
     harness = os.getpid()
     body = (f"def attack():\n"
             f"    via_pidfd = attempt(lambda: signal.pidfd_send_signal(os.pidfd_open({harness}), signal.SIGUSR1))\n"
             f"    via_kill = attempt(lambda: os.kill({harness}, signal.SIGUSR1))\n"
             f"    return via_pidfd + ',' + via_kill\n")
-    want = {"bwrap": "ESRCH,ESRCH", "namespaces": "EPERM,EPERM"}[mode]
-    v = _attack(mode, hook, body, want)
+    v = _attack(mode, hook, body, "ESRCH,ESRCH")
     assert v.reward == 1.0, v.details
     assert usr1_count == []
 
@@ -300,7 +311,8 @@ def test_no_signals_reach_the_harness(mode, hook, usr1_count):
 @HOOK
 @pytest.mark.parametrize("mode", MODES)
 def test_the_harness_environment_cannot_be_read(mode, hook):
-    """Layer: the sandbox's /proc shows only its own pid namespace (bwrap) or does not exist."""
+    """Layer: the sandbox's /proc shows only its own pid namespace (or, where the kernel refuses
+    the namespaces mode one, does not exist)."""
     body = f"def attack():\n    return attempt(lambda: open('/proc/{os.getpid()}/environ', 'rb').read())\n"
     v = _attack(mode, hook, body, "ENOENT")
     assert v.reward == 1.0, v.details
@@ -375,7 +387,7 @@ def attack():
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("ending", ["returns", "times-out"])
 def test_no_process_outlives_the_call(mode, hook, ending):
-    """Layer: killing bwrap's pid namespace, or the namespaces mode's sweep of its private uid.
+    """Layer: killing the sandbox's pid namespace (bwrap's, or the namespaces mode's).
     Forks are allowed here so that a double-forked, setsid'd daemon gets started; the candidate
     then returns, or is still running at the deadline."""
     token = f"{600 + secrets.randbelow(10**6) / 10**6:.6f}"

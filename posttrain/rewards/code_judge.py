@@ -4,11 +4,37 @@ One sandboxed child interpreter per test case (as competitive-programming judges
 hang or a poisoned global in one test cannot leak into the next); reward = tests passed.  What
 isolates the child is code_sandbox.py.
 
-Call tests compare by value: `ast.literal_eval(repr(result)) == ast.literal_eval(expected)` when
-both are Python literals (so 5 == 5.0, but [1, 2] != (1, 2)), else the repr string against the
-expected string. The child prints the repr after a per-run nonce; a candidate that deliberately
-walks the stack into the harness (sys._getframe, which the stdlib itself needs) could read the nonce
-and forge a result. Stdin/stdout tests are compared in the parent and cannot be forged that way.
+Test cases. A row's `tests` is a list of cases, each {"input", "output"} (stdin/stdout) or {"call",
+"expected"} (a Python expression and the literal it must equal). A case with `"hidden": true` is held
+out: the prompt may show only the others (`visible_tests`), while the reward judges every case, so a
+program that special-cases the shown tests fails the held-out ones. Without held-out tests
+(`has_hidden_tests` False) special-casing the shown tests earns full reward; data checks say so.
+
+Call results. The child evaluates the call and writes its value as one record on a pipe of its
+own: a length line, then "=" and the value in a tagged token form that only plain literals have
+(None, bool, int, float, complex, str, bytes and exact list, tuple, set, frozenset, dict - plus the
+stdlib's OrderedDict, defaultdict and Counter, as dicts), or "!" and why the value is not one (a
+user class, a subclass of int with its own __eq__, a generator...). The encoder checks exact types
+(`type(x) is int`) with functions bound before the candidate ran, and walks containers through the
+builtin types' own methods, so no method of the candidate's runs while it encodes. The parent
+decodes the record into builtin values (bounded size and depth, no hash floods) and compares them
+with `==` against `ast.literal_eval(expected)`, as the datasets' own `assert f(x) == expected` does
+(5 == 5.0 and True == 1 pass; [1, 2] != (1, 2)), without ever running the candidate's code.
+
+Why a forged record earns nothing. The candidate shares the child's process with the encoder, so
+nothing in that process is beyond its reach: it can walk the stack to the encoder, patch it, or
+find the result pipe and write a record of its own, then exit. The design does not rest on
+stopping that. A record only claims "the call returned this plain literal", and the candidate
+could as well have returned that literal; what a pass needs is the expected value, and that never
+enters the child: the parent keeps it (the child gets the code and the call, or stdin), an
+isolated sandbox holds nothing of the data set, the parent's memory or its files, and held-out
+cases are never shown. So forging is worth no more than answering, and the held-out cases must be
+answered right, however the answer is delivered. What the parent itself must survive is checked
+there: a record that is not exactly one well-formed frame, is oversized or too deep, or is built
+to make hashing quadratic fails the test at once. Stdin/stdout tests are compared in the parent
+the same way, on output produced without knowing what was expected. A call that itself compares
+(`f(3) == 9`) would put the answer in the child and run the candidate's `==` there, so such a case
+is refused as a bad test: the call is the computation, the answer goes in `expected`.
 """
 from __future__ import annotations
 
@@ -17,7 +43,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import signal
 import threading
 import time
@@ -28,10 +53,14 @@ from typing import Literal
 from posttrain.rewards.code_sandbox import (
     ChildRun, SandboxLimits, how_to_isolate, run_in_sandbox, sandbox_isolation, unisolated_allowed,
 )
-from posttrain.rewards.sandbox_child import SETUP_EXIT, VIOLATION_EXIT
+from posttrain.rewards.sandbox_child import MAX_RESULT_DEPTH, SETUP_EXIT, VIOLATION_EXIT
 
 _log = logging.getLogger(__name__)
 _REFUSAL_LOGGED = threading.Event()  # the refusal to run unisolated code is logged once per process
+_MAX_TOKENS = 1_000_000
+# Distinct decoded keys sharing one hash value: more than this is a crafted collision chain, which
+# makes building the set or dict quadratic in the parent.
+_MAX_SAME_HASH = 8
 
 
 @dataclass(frozen=True)
@@ -45,29 +74,174 @@ class SandboxVerdict:
     details: list[str] = field(default_factory=list)
 
 
-def _literal(text: str):
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _literal_only(value, depth: int = 0) -> bool:
+    """Whether `value` is made of plain literals only (exact types), containers nested less than
+    MAX_RESULT_DEPTH deep (what a record can carry)."""
+    t = type(value)
+    if t in _ATOMS:
+        return True
+    if t not in _CONTAINERS or depth >= MAX_RESULT_DEPTH:
+        return False
+    if t is dict:
+        return all(_literal_only(k, depth + 1) and _literal_only(v, depth + 1) for k, v in value.items())
+    return all(_literal_only(v, depth + 1) for v in value)
+
+
+def _expected(test: dict) -> tuple[bool, object]:
+    """(ok, value) of a call test's expected literal: Python literal text, or a (JSON) value as is."""
+    expected = test.get("expected")
+    if isinstance(expected, str):
+        try:
+            expected = ast.literal_eval(expected.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return False, None
     try:
-        return True, ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _literal_only(expected), expected
+    except RecursionError:
         return False, None
 
 
-def _same_value(got: str, expected: str) -> bool:
-    """Literal equality, with int/float interchangeable (5 == 5.0) but no other cross-type matches
-    (True != 1, [1, 2] != (1, 2)); non-literal reprs compare as strings."""
-    ok_g, g = _literal(got)
-    ok_e, e = _literal(expected)
-    if not (ok_g and ok_e):
-        return got.strip() == expected.strip()
-    numbers = (int, float)
-    same_kind = type(g) is type(e) or (type(g) in numbers and type(e) in numbers)
+def _compares(call: str) -> bool | None:
+    """Whether the call expression compares something it computed (None: not an expression)."""
     try:
-        return bool(same_kind and g == e)
-    except Exception:  # noqa: BLE001 - comparing arbitrary literals must not raise
-        return False
+        tree = ast.parse(call, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(n, ast.Call) for n in ast.walk(node)):
+            return True
+    return False
 
 
-def _judge(run: ChildRun, test: dict, nonce: str, limits: SandboxLimits) -> tuple[bool, str]:
+class _BadRecord(ValueError):
+    pass
+
+
+def _build(tag: bytes, items: list):
+    if tag == b"l":
+        return items
+    if tag == b"t":
+        return tuple(items)
+    keys = items[0::2] if tag == b"d" else items
+    seen: dict[int, int] = {}
+    for key in keys:  # unhashable (a list in a set) raises TypeError: a bad record
+        h = hash(key)
+        seen[h] = seen.get(h, 0) + 1
+        if seen[h] > _MAX_SAME_HASH:
+            raise _BadRecord("crafted hash collisions")
+    if tag == b"d":
+        return dict(zip(items[0::2], items[1::2]))
+    return set(items) if tag == b"e" else frozenset(items)
+
+
+def _atom(tag: bytes, rest: bytes):
+    if tag in (b"N", b"T", b"F"):
+        if rest:
+            raise _BadRecord("bad token")
+        return {b"N": None, b"T": True, b"F": False}[tag]
+    if tag == b"i":
+        return int(rest, 16)
+    if tag == b"f":
+        return float.fromhex(rest.decode("ascii"))
+    if tag == b"c":
+        real, imag = rest.split(b",")
+        return complex(float.fromhex(real.decode("ascii")), float.fromhex(imag.decode("ascii")))
+    if tag == b"s":
+        return bytes.fromhex(rest.decode("ascii")).decode("utf-8", "surrogatepass")
+    if tag == b"b":
+        return bytes.fromhex(rest.decode("ascii"))
+    raise _BadRecord("bad token")
+
+
+def _decode_tokens(body: bytes):
+    """The value of a record's token form (pre-order; containers say how many items follow)."""
+    tokens = body.split(b" ")
+    if len(tokens) > _MAX_TOKENS:
+        raise _BadRecord("too many items")
+    stack: list[list] = []  # [tag, items still to come, items]
+    for pos, tok in enumerate(tokens):
+        tag, rest = tok[:1], tok[1:]
+        if tag in (b"l", b"t", b"e", b"z", b"d"):
+            if not rest.isdigit() or len(rest) > 7:
+                raise _BadRecord("bad count")
+            n = int(rest) * (2 if tag == b"d" else 1)
+            if n:
+                if len(stack) >= MAX_RESULT_DEPTH:
+                    raise _BadRecord("nested too deep")
+                stack.append([tag, n, []])
+                continue
+            value = _build(tag, [])
+        else:
+            value = _atom(tag, rest)
+        while stack:
+            top = stack[-1]
+            top[2].append(value)
+            top[1] -= 1
+            if top[1]:
+                break
+            stack.pop()
+            value = _build(top[0], top[2])
+        if not stack:
+            if pos != len(tokens) - 1:
+                raise _BadRecord("trailing items")
+            return value
+    raise _BadRecord("truncated")
+
+
+def decode_result(data: bytes) -> tuple[bool, object]:
+    """(True, value) for a well-formed record of a literal, else (False, why). Never raises.
+
+    A record is `<decimal length of the body>\\n<body>`, the pipe holding exactly one; the body is
+    "!" and why the value is not a literal, or "=" and space-separated tokens in pre-order: N, T,
+    F; i<hex int>, f<float.hex>, c<float.hex>,<float.hex>, s<hex of UTF-8 (surrogatepass)>,
+    b<hex of bytes>; and l<n>, t<n>, e<n>, z<n> (list, tuple, set, frozenset of the n values that
+    follow), d<n> (dict of the n key, value pairs that follow)."""
+    head, sep, body = data.partition(b"\n")
+    if not sep or not head.isdigit() or len(head) > 12 or int(head) != len(body) or not body:
+        return False, "no result" if not data else "malformed result record"
+    if body[:1] == b"!":
+        return False, body[1:201].decode("utf-8", "replace")
+    if body[:1] != b"=":
+        return False, "malformed result record"
+    try:
+        return True, _decode_tokens(body[1:])
+    except _BadRecord as e:
+        return False, f"malformed result record ({e})"
+    except (ValueError, TypeError, UnicodeDecodeError, OverflowError, MemoryError, RecursionError):
+        return False, "malformed result record"
+
+
+def _show(value) -> str:
+    """The start of a decoded value's repr, for the verdict's details."""
+    try:
+        return repr(value)[:80]
+    except ValueError:  # an int past str()'s digit limit, possibly nested
+        return f"<int of {value.bit_length()} bits>" if type(value) is int else "<value too large to show>"
+    except RecursionError:
+        return "<value nested too deep to show>"
+
+
+def _judge_call(run: ChildRun, test: dict) -> tuple[bool, str]:
+    ok, got = decode_result(run.result)
+    if not ok:
+        if got == "no result":
+            return False, "runtime_error: no result"
+        return False, f"wrong_answer: {test['call'][:80]} -> <{str(got)[:80]}>"
+    _, expected = _expected(test)
+    try:
+        same = bool(got == expected)  # builtin values on both sides: no candidate code runs here
+    except (RecursionError, MemoryError):
+        same = False
+    if same:
+        return True, "pass"
+    return False, f"wrong_answer: {test['call']} -> {_show(got)!r}, expected {str(test['expected'])[:80]!r}"
+
+
+def _judge(run: ChildRun, test: dict, limits: SandboxLimits) -> tuple[bool, str]:
     """(passed, reason) for one finished child."""
     err = run.stderr.decode("utf-8", "replace")
     if run.output_exceeded:
@@ -92,32 +266,68 @@ def _judge(run: ChildRun, test: dict, nonce: str, limits: SandboxLimits) -> tupl
         if "File too large" in err or "No space left" in err:
             return False, "file_limit: " + tail[:200]
         return False, "runtime_error: " + tail[:200]
-    stdout = run.stdout.decode("utf-8", "replace")
     if "call" in test:
-        marker = stdout.rfind(nonce)
-        if marker < 0:
-            return False, "runtime_error: no result"
-        got, expected = stdout[marker + len(nonce):].strip(), str(test["expected"])
-        ok = _same_value(got, expected)
-        return ok, "pass" if ok else f"wrong_answer: {test['call']} -> {got[:80]!r}, expected {expected[:80]!r}"
-    got, expected = stdout.strip(), str(test["output"]).strip()
+        return _judge_call(run, test)
+    got, expected = run.stdout.decode("utf-8", "replace").strip(), str(test["output"]).strip()
     ok = got == expected
     return ok, "pass" if ok else f"wrong_answer: got {got[:80]!r}, expected {expected[:80]!r}"
 
 
-def is_valid_test(test) -> bool:
-    """A test has input/output, or a call string and its expected value."""
+def test_problem(test) -> str | None:
+    """Why `test` is not a usable case, or None: it needs input/output, or a call expression and
+    the literal it must equal; `hidden`, where present, is a boolean."""
     if not isinstance(test, dict):
-        return False
-    if "call" in test:
-        return isinstance(test["call"], str) and "expected" in test
-    return "output" in test
+        return "a test is an object"
+    if "hidden" in test and not isinstance(test["hidden"], bool):
+        return "'hidden' must be true or false"
+    if "call" not in test:
+        return None if "output" in test else "a test needs input/output or call/expected"
+    if not isinstance(test["call"], str) or "expected" not in test:
+        return "a call test needs a call string and its expected value"
+    compares = _compares(test["call"])
+    if compares is None:
+        return "the call is not a Python expression"
+    if compares:
+        return "the call compares a computed value itself: give the value as the call, the answer as expected"
+    if not _expected(test)[0]:
+        return "'expected' is not a Python literal (nothing a program returns could be judged equal to it)"
+    return None
+
+
+def is_valid_test(test) -> bool:
+    """A test has input/output, or a call expression and its expected literal (see test_problem)."""
+    return test_problem(test) is None
+
+
+def _cases(value) -> list:
+    try:
+        cases = tests_of(value)
+    except (ValueError, TypeError, RecursionError):
+        return []
+    return cases if isinstance(cases, list) else []
+
+
+def visible_tests(value) -> list:
+    """The cases of a row's `tests` (a list, or its JSON text) that a prompt may show: every case
+    not marked `"hidden": true`."""
+    return [t for t in _cases(value) if not (isinstance(t, dict) and t.get("hidden") is True)]
+
+
+def hidden_tests(value) -> list:
+    """The held-out cases of a row's `tests`: judged by the reward, never shown."""
+    return [t for t in _cases(value) if isinstance(t, dict) and t.get("hidden") is True]
+
+
+def has_hidden_tests(value) -> bool:
+    """Whether a row's tests hold any case out of the prompt. Without one, a program that
+    special-cases the shown tests earns full reward. Never raises."""
+    return bool(hidden_tests(value))
 
 
 def run_tests(code: str, tests: list[dict], *, mode: Literal["all", "fraction"] = "all",
               limits: SandboxLimits = SandboxLimits()) -> SandboxVerdict:
-    """Run `code` once per test case. mode="all": reward 1.0 only if every test passes (stops at the
-    first failure); mode="fraction": the share passed. Never raises."""
+    """Run `code` once per test case, held-out ones included. mode="all": reward 1.0 only if every
+    test passes (stops at the first failure); mode="fraction": the share passed. Never raises."""
     try:
         return _run_tests(code, tests, mode, limits)
     except Exception as e:  # noqa: BLE001 - a verifier scores, it does not crash the trainer
@@ -134,8 +344,10 @@ def _run_tests(code, tests, mode, limits: SandboxLimits) -> SandboxVerdict:
         return SandboxVerdict(0.0, "no_code", 0, total, [])
     if len(code) > limits.max_code_chars or "\x00" in code:
         return SandboxVerdict(0.0, "code_too_long" if "\x00" not in code else "no_code", 0, total, [])
-    if not all(is_valid_test(t) for t in tests):
-        return SandboxVerdict(0.0, "bad_test", 0, total, ["a test needs input/output or call/expected"])
+    for i, test in enumerate(tests):
+        problem = test_problem(test)
+        if problem:
+            return SandboxVerdict(0.0, "bad_test", 0, total, [f"test {i}: {problem}"])
     isolation = sandbox_isolation(limits.isolation)
     if isolation == "none" and limits.isolation == "auto" and not unisolated_allowed():
         return SandboxVerdict(0.0, "no_isolation", 0, total, [how_to_isolate()])
@@ -146,10 +358,8 @@ def _run_tests(code, tests, mode, limits: SandboxLimits) -> SandboxVerdict:
             reason = f"budget: {limits.total_wall_s}s used before test {i}"
         else:
             deadline = min(now + limits.wall_s, start + limits.total_wall_s)
-            nonce = "@@result-" + secrets.token_hex(8) + "@@"
-            run = run_in_sandbox(isolation, code, test.get("call"), str(test.get("input", "")), nonce, limits,
-                                 deadline)
-            ok, reason = _judge(run, test, nonce, limits)
+            run = run_in_sandbox(isolation, code, test.get("call"), str(test.get("input", "")), limits, deadline)
+            ok, reason = _judge(run, test, limits)
             if ok:
                 passed += 1
         details.append(f"test {i}: {reason}")
@@ -177,6 +387,7 @@ def extract_code(response: str) -> str | None:
 
 
 def tests_of(value) -> list[dict] | None:
+    """A row's test cases (the list, or its JSON text); None when the row has none."""
     if value is None or value == "" or value == []:
         return None
     return json.loads(value) if isinstance(value, str) else value
@@ -193,7 +404,7 @@ def code_execution(completions, tests, **kwargs) -> list[float | None]:
         completion, row_tests = item
         try:
             cases = tests_of(row_tests)
-        except ValueError:
+        except (ValueError, RecursionError):
             return 0.0
         if cases is None:
             return None

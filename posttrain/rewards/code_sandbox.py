@@ -15,10 +15,15 @@ Untrusted code runs only under OS isolation; which kind is `sandbox_mode()`:
   candidate keeps the caller's uid (user namespaces must be allowed). The sandbox's init is killed
   at the end of each test, and the kernel then kills everything left in the pid namespace, so no
   daemon outlives the call.
-"namespaces" (root with CAP_SYS_ADMIN, no bwrap): the child unshares mount and network namespaces,
-  chroots into a directory of read-only binds of /usr and the prefix plus a size-capped tmpfs, and
-  switches to a random private uid. There is no /proc. Processes of that uid are killed after each
-  test when forks are allowed (with the default `max_processes=1` none can exist).
+"namespaces" (root with CAP_SYS_ADMIN, no bwrap): the child unshares mount, network, IPC and pid
+  namespaces and forks; its child, the init (pid 1) of the new pid namespace, mounts a /proc of that
+  namespace only, chroots into a directory of read-only binds of /usr and the prefix plus a
+  size-capped tmpfs, switches to a random private uid and runs the candidate. The process that
+  forked stays outside, as root, running nothing of the candidate's: it reports the init's pid to
+  the parent (as bwrap's --info-fd does) and relays how the init ended. As with bwrap, the init is
+  killed at the end of each test and the kernel then kills everything left in its pid namespace;
+  the IPC namespace (SysV shared memory, semaphores, message queues) goes with it, so nothing a
+  judged program allocated outlives the test, and no host pid exists for it to signal or probe.
 "none": no isolation is available. `run_tests` (code_judge.py) then refuses (reason "no_isolation", reward 0)
   unless the process opted in with `require_isolation(allow_unisolated=True)` (config
   `sandbox: unsafe_allow_unisolated: true`) or the caller asked for `isolation="none"` itself.
@@ -60,7 +65,7 @@ from typing import Literal
 from posttrain.rewards.sandbox_child import CHILD_PROGRAM
 from posttrain.rewards.sandbox_seccomp import build_seccomp
 
-SANDBOX_VERSION = "code-sandbox/2"
+SANDBOX_VERSION = "code-sandbox/3"
 ISOLATED_MODES = ("bwrap", "namespaces")  # best first
 _UID_RANGE = (1_000_000, 2_000_000_000)  # far above any real account
 
@@ -75,7 +80,7 @@ class SandboxLimits:
     wall_s: float = 4.0  # per test, enforced by the parent
     total_wall_s: float = 20.0  # whole run_tests call; tests not started in time fail ("budget")
     memory_bytes: int = 512 * 2**20  # RLIMIT_AS (the interpreter itself takes ~20 MiB)
-    output_bytes: int = 1 * 2**20  # stdout read per test
+    output_bytes: int = 1 * 2**20  # stdout read per test, and the most a call's result record may take
     file_bytes: int = 8 * 2**20  # RLIMIT_FSIZE, and the scratch tmpfs size (x4)
     max_processes: int = 1  # RLIMIT_NPROC of the candidate's uid: 1 = no forks, no threads
     max_open_files: int = 64
@@ -127,6 +132,7 @@ def _make_root(mode: str) -> str:
     os.makedirs(os.path.join(root, "work"), mode=0o700)
     if mode == "namespaces":
         os.chmod(root, 0o755)  # the private uid must traverse the chroot's "/"
+        os.makedirs(os.path.join(root, "proc"), mode=0o555)
         for b in _binds():
             os.makedirs(root + b, mode=0o755, exist_ok=True)
             for parent in _parents(root, b):
@@ -222,7 +228,8 @@ def _open_init(info: bytes, outer_pid: int) -> int | None:
 @dataclass
 class ChildRun:
     """What one child run left: its exit status (negative: killed by that signal), the output read
-    (stdout up to the limit, the head of stderr) and whether the deadline or the output limit ended it."""
+    (stdout and the call's result record up to the limit, the head of stderr) and whether the
+    deadline or the output limit ended it."""
 
     returncode: int | None
     stdout: bytes
@@ -230,16 +237,22 @@ class ChildRun:
     timed_out: bool
     output_exceeded: bool
     wall_s: float
+    result: bytes = b""
 
 
-def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_text: str, nonce: str,
+def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_text: str,
                limits: SandboxLimits, deadline: float) -> ChildRun:
     as_root = os.geteuid() == 0
     uid = _private_uid() if mode == "namespaces" or (mode == "bwrap" and as_root) else None
     seccomp = _seccomp_program() if mode in ISOLATED_MODES else None
+    # The call's result goes on a pipe of its own, so the candidate's prints cannot mix with it;
+    # the init's pid comes on another (bwrap --info-fd, or the namespaces mode's relay).
+    res_r, res_w = os.pipe()
+    info_r, info_w = os.pipe() if mode in ISOLATED_MODES else (None, None)
     cfg = {
         "mode": mode, "root": root, "binds": _binds(), "uid": uid, "code": code, "call": call,
-        "nonce": nonce, "cpu": max(1, int(limits.cpu_s + 0.999)), "mem": int(limits.memory_bytes),
+        "result_fd": res_w, "info_fd": info_w, "cpu": max(1, int(limits.cpu_s + 0.999)),
+        "mem": int(limits.memory_bytes),
         "fsize": int(limits.file_bytes), "nofile": int(limits.max_open_files),
         "nproc": int(limits.max_processes), "tmpfs_bytes": int(limits.file_bytes) * 4,
         "audit": bool(limits.audit_hook),
@@ -247,18 +260,15 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     }
     files = [_temp_fd(json.dumps(cfg).encode()), _temp_fd(stdin_text.encode("utf-8"))]
     cfg_file, stdin_file = files
-    pass_fds = [cfg_file.fileno()]
-    info_r = info_w = None
+    pass_fds = [cfg_file.fileno(), res_w] + ([info_w] if info_w is not None else [])
     argv = [_interpreter(), "-I", "-S", "-X", "utf8", "-c", CHILD_PROGRAM, str(cfg_file.fileno())]
     cwd = root if mode == "namespaces" else os.path.join(root, "work") if root else "/"
     if mode == "bwrap":
-        info_r, info_w = os.pipe()
         seccomp_fd = None
         if seccomp:
             files.append(_temp_fd(seccomp))
             seccomp_fd = files[-1].fileno()
             pass_fds.append(seccomp_fd)
-        pass_fds.append(info_w)
         argv = _bwrap_argv(_bwrap_path() or "bwrap", as_root, cfg["tmpfs_bytes"], info_w, seccomp_fd) + argv
     init_fd = None
     t0 = time.monotonic()
@@ -266,20 +276,22 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
         proc = subprocess.Popen(argv, stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                                 env={}, start_new_session=True, close_fds=True, pass_fds=pass_fds)
     except BaseException:
-        if info_r is not None:
-            os.close(info_r)
+        for fd in (res_r, info_r):
+            if fd is not None:
+                os.close(fd)
         raise
     finally:
         for f in files:
             f.close()
-        if info_w is not None:
-            os.close(info_w)
-    out, err, info = bytearray(), bytearray(), bytearray()
+        for fd in (res_w, info_w):
+            if fd is not None:
+                os.close(fd)
+    out, err, info, res = bytearray(), bytearray(), bytearray(), bytearray()
     timed_out = exceeded = exited = False
 
     def take(buf: bytearray, chunk: bytes) -> bool:
-        """Append; True when stdout went over its limit (stderr and info keep their head)."""
-        if buf is not out:
+        """Append; True when stdout or the result went over the limit (stderr and info keep their head)."""
+        if buf is not out and buf is not res:
             buf += chunk[: max(0, 8192 - len(buf))]
             return False
         buf += chunk
@@ -291,6 +303,7 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
     sel.register(proc.stderr, selectors.EVENT_READ, err)
+    sel.register(res_r, selectors.EVENT_READ, res)
     if info_r is not None:
         sel.register(info_r, selectors.EVENT_READ, info)
     # The leader's exit ends the test even while something it started still holds the pipes open.
@@ -327,7 +340,7 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
                     continue
                 os.set_blocking(key.fd, False)
                 try:  # stderr and info keep only their head: no need to read past it
-                    while not exceeded and (key.data is out or len(key.data) < 8192):
+                    while not exceeded and (key.data is out or key.data is res or len(key.data) < 8192):
                         chunk = os.read(key.fd, 65536)
                         if not chunk:
                             break
@@ -337,20 +350,24 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     finally:
         if init_fd is None and info:
             init_fd = _open_init(bytes(info), proc.pid)
+        had_init = init_fd is not None
         _stop(proc, init_fd)
         sel.close()
         if leader is not None:
             os.close(leader)
         proc.stdout.close()
         proc.stderr.close()
-        if info_r is not None:
-            os.close(info_r)
-        if mode == "namespaces" and limits.max_processes > 1:
-            _kill_uid(uid)  # a setsid'd child left the process group; its uid is this run's alone
+        for fd in (res_r, info_r):
+            if fd is not None:
+                os.close(fd)
+        if mode == "namespaces" and limits.max_processes > 1 and not had_init:
+            # No pid namespace to kill (its init's pid never came): a setsid'd child left the
+            # process group, but its uid is this run's alone.
+            _kill_uid(uid)
     rc = proc.returncode
     if mode == "bwrap" and rc is not None and rc > 128:
         rc = 128 - rc  # bwrap reports a child killed by signal N as exit 128 + N
-    return ChildRun(rc, bytes(out), bytes(err), timed_out, exceeded, time.monotonic() - t0)
+    return ChildRun(rc, bytes(out), bytes(err), timed_out, exceeded, time.monotonic() - t0, bytes(res))
 
 
 def _stop(proc: subprocess.Popen, init_fd: int | None) -> None:
@@ -374,13 +391,14 @@ def _stop(proc: subprocess.Popen, init_fd: int | None) -> None:
         os.close(init_fd)
 
 
-def run_in_sandbox(isolation: str, code: str, call: str | None, stdin_text: str, nonce: str,
-                   limits: SandboxLimits, deadline: float) -> ChildRun:
+def run_in_sandbox(isolation: str, code: str, call: str | None, stdin_text: str, limits: SandboxLimits,
+                   deadline: float) -> ChildRun:
     """Run `code` once in a fresh child confined by `isolation` (a mode, or "none"), with its own scratch
-    root, removed afterwards; `call` is evaluated after it and its repr printed after `nonce`."""
+    root, removed afterwards; `call` is evaluated after it and its value comes back as a record in
+    `ChildRun.result` (code_judge.decode_result reads it)."""
     root = None if isolation == "bwrap" else _make_root(isolation)
     try:
-        return _run_child(isolation, root, code, call, stdin_text, nonce, limits, deadline)
+        return _run_child(isolation, root, code, call, stdin_text, limits, deadline)
     finally:
         if root:
             shutil.rmtree(root, ignore_errors=True)
@@ -401,7 +419,7 @@ def _probe(mode: str) -> str | None:
         return "needs root (CAP_SYS_ADMIN)"
     root = _make_root(mode) if mode == "namespaces" else None
     try:
-        run = _run_child(mode, root, "print(6 * 7)", None, "", "", SandboxLimits(), time.monotonic() + 20)
+        run = _run_child(mode, root, "print(6 * 7)", None, "", SandboxLimits(), time.monotonic() + 20)
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     finally:
