@@ -83,7 +83,8 @@ class ChainRun:
 
             ensure_world(cfg, log=self.log.info)
         self.data = prepare(cfg, cfg.path(cfg.paths.runs) / "prepared", tuple(self.selected))
-        for note in (n for d in self.data.loaded.values() for n in d.notes):
+        self.report.data_notes = [n for d in self.data.loaded.values() for n in d.notes]
+        for note in self.report.data_notes:
             self.log.info(note)
         self.report.sandbox = code_isolation(cfg, self.data)
         check_work_pools(cfg, self.selected)
@@ -189,6 +190,7 @@ class ChainRun:
         tags = {**self.lineage, "stage": name, "parent_version": str(parent.checkpoint.version or "base"),
                 "parent_digest": parent.checkpoint.digest, "datasets": json.dumps(consumed),
                 "datasets_produced": json.dumps({d.name: d.md5 for d in result.datasets_produced}),
+                "rows_dropped": json.dumps({d.name: d.dropped for d in result.datasets_consumed if d.dropped}),
                 "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
         if result.adapter is not None:  # a LoRA stage: its adapter, on the parent's weights
             tags |= {"adapter_path": result.adapter.path, "adapter_digest": result.adapter.digest}

@@ -103,7 +103,7 @@ def prepare(cfg: PipelineConfig, out_dir: Path, stages: tuple[str, ...] | None =
         write_jsonl(data.rows, tmp)
         final = out_dir / f"{key.replace(':', '-')}-{file_md5(tmp)[:12]}.jsonl"
         tmp.replace(final)
-        ref = dataset_ref(final, name=key).model_copy(update={"sources": data.hashes})
+        ref = dataset_ref(final, name=key).model_copy(update={"sources": data.hashes, "dropped": data.dropped})
         if key.startswith("eval:"):
             prepared.suites[key.removeprefix("eval:")] = ref
         else:

@@ -125,6 +125,8 @@ def render_markdown(report: RunReport) -> str:
         lines += ["## What each stage did", ""]
         lines += [f"- {s.name}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.train_metrics.items()) for s in done]
         lines.append("")
+    if report.data_notes:   # rows upsampled or dropped on the way in: counted, never silent
+        lines += ["## Data", "", *[f"- {note}" for note in report.data_notes], ""]
     flagged = [s for s in stages if s.alerts or s.policies]
     if flagged:
         lines += ["## Policies and alerts", ""]

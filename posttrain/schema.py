@@ -34,6 +34,7 @@ class DatasetRef(BaseModel):
     md5: str
     rows: int | None = None
     sources: dict[str, str] = Field(default_factory=dict)  # a data role's user sources: label -> content hash
+    dropped: dict[str, int] = Field(default_factory=dict)  # rows its sources' `drop:` left out, per reason
 
 
 class EvalResult(BaseModel):
@@ -108,6 +109,7 @@ class RunReport(BaseModel):
     wall_s: float = 0.0
     sandbox: str = "not used"
     machine: str = ""   # posttrain.env.machine(): the CPU type decides float results
+    data_notes: list[str] = Field(default_factory=list)   # how the data roles were made: upsampling, rows dropped
     stages: list[StageEntry] = Field(default_factory=list)
 
     def stage(self, name: str) -> StageEntry | None:

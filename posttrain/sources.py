@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from posttrain import source_transforms as transforms
 from posttrain.chat import THINK_OPEN, assemble_response
 from posttrain.dataio import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
-from posttrain.rewards import TASK_KINDS
+from posttrain.rewards import TASK_KINDS, unguarded_code_rows
 from posttrain.source_transforms import AnswerFrom, DropReason, MapValue, ReplyFrom, RowRefused
 
 TaskKind = Literal[TASK_KINDS]   # the kinds that have a verifier (posttrain.rewards.TASKS)
@@ -401,7 +401,21 @@ def _task_fields(kind: str, row: dict, where: str, source: SourceConfig) -> dict
         # A reference answer, where the data has one, tells the verifier what counts as content.
         reference = row.get("answer")
         return {"constraints": _constraints(row, where), **({"answer": str(reference)} if reference else {})}
-    return {"tests": _json_list(row.get("tests"), where, "tests", "test cases (a code row)")}
+    return {"tests": _code_tests(row.get("tests"), where)}
+
+
+def _code_tests(value, where: str) -> list:
+    """A code row's test cases, each one the judge can run (posttrain.rewards.code_judge.test_problem):
+    a row none of whose tests the sandbox can judge would pay 0 for every reply, and a case with a
+    non-literal `expected` could only be compared through the candidate's own objects."""
+    from posttrain.rewards.code_judge import test_problem
+
+    tests = _json_list(value, where, "tests", "test cases (a code row)")
+    for i, test in enumerate(tests):
+        problem = test_problem(test)
+        if problem:
+            raise DatasetError(f"{where}: column 'tests' item {i}: {problem}")
+    return tests
 
 
 def _json_list(value, where: str, column: str, what: str) -> list:
@@ -551,4 +565,5 @@ def role_summary(rows: list[dict]) -> dict:
             "kinds": dict(Counter(r.get("kind", "sft") for r in rows)),
             "languages": dict(Counter(r.get("language", "?") for r in rows)),
             "modes": dict(Counter({True: "think", False: "no_think", None: "none"}[r.get("thinking")] for r in rows)),
-            "duplicates": sum(c - 1 for c in questions.values() if c > 1)}
+            "duplicates": sum(c - 1 for c in questions.values() if c > 1),
+            **({"code_without_held_out_tests": note} if (note := unguarded_code_rows(rows)) else {})}

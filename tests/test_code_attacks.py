@@ -532,3 +532,16 @@ def test_generated_attacks_pay_nothing():
     for kind, res in result.items():
         assert res["n"] == per_kind and res["paid"] == [], (kind, res["paid"][:2])
         assert all(r == 0.0 for r in res["rewards"]), (kind, res["rewards"])
+
+
+def test_code_rows_that_hold_no_test_out_are_named_in_data_check_and_the_stage_alerts():
+    from posttrain.rewards import unguarded_code_rows
+    from posttrain.sources import role_summary
+
+    shown = {"kind": "code", "prompt": [{"role": "user", "content": "double it"}],
+             "tests": [{"input": "2", "output": "4"}]}
+    held = {**shown, "tests": [{"input": "2", "output": "4"}, {"input": "5", "output": "10", "hidden": True}]}
+    assert unguarded_code_rows([held, {"kind": "math"}]) is None
+    note = unguarded_code_rows([shown, held, json.loads(json.dumps({**shown, "tests": json.dumps(shown["tests"])}))])
+    assert note.startswith("2 of 3 code rows hold no test out")
+    assert role_summary([shown, held])["code_without_held_out_tests"].startswith("1 of 2")

@@ -253,3 +253,28 @@ def test_a_transform_changes_the_data_hash_a_stage_is_keyed_on_and_the_config_ha
         keys.append((prepared.roles["reasoning_prompts"].md5, config_hash(cfg)))
     (plain_md5, plain_cfg), (regex_md5, regex_cfg) = keys
     assert plain_md5 != regex_md5 and plain_cfg != regex_cfg   # "1234" against "1,234"
+
+
+def test_dropped_rows_reach_the_prepared_roles_lineage_and_the_report_card(tmp_path):
+    from posttrain.config import load_config
+    from posttrain.prepared import prepare
+    from posttrain.report import render_markdown
+    from posttrain.schema import RunReport
+
+    shapes.write_competition_math(tmp_path / "data")
+    path = tmp_path / "config.yaml"
+    path.write_text("""
+data:
+  reasoning_prompts:
+    - path: data/competition_math/train.parquet
+      kind: math
+      columns: {problem: prompt, level: difficulty}
+      values: {difficulty: "Level (\\\\d+)"}
+      answer_from: {column: solution, extract: boxed}
+      drop: [no_answer, unmapped_value]
+""")
+    prepared = prepare(load_config(path, project_root=tmp_path), tmp_path / "prepared", ("reasoning_rl",))
+    assert prepared.roles["reasoning_prompts"].dropped == {"no_answer": 1, "unmapped_value": 1}
+    notes = [n for d in prepared.loaded.values() for n in d.notes]
+    card = render_markdown(RunReport(run_id="r", data_notes=notes))
+    assert "## Data" in card and "dropped 2 of 5 rows" in card

@@ -166,6 +166,17 @@ def _verify_code(response: str, row: dict) -> tuple[float, str]:
     return verdict.reward, "tests_passed" if verdict.reward == 1 else verdict.reason or "tests_failed"
 
 
+def unguarded_code_rows(rows: list[dict]) -> str | None:
+    """What a stage's alerts and `data check` say about code rows whose tests are all shown (none held
+    out, `code_judge.has_hidden_tests`): a policy can special-case the shown tests there and be paid."""
+    from posttrain.rewards.code_judge import has_hidden_tests
+
+    code = [r for r in rows if r.get("kind") == "code"]
+    shown = sum(not has_hidden_tests(r.get("tests")) for r in code)
+    return (f"{shown} of {len(code)} code rows hold no test out (none marked hidden: true): the reward cannot tell a "
+            "program that special-cases the shown tests from one that solves them") if shown else None
+
+
 TASKS: dict[str, TaskKind] = {
     "math": TaskKind(_verify_math, MATH_VERIFIER_VERSION, reward="correctness"),
     "direct": TaskKind(_verify_direct, DIRECT_VERSION, reward="correctness"),

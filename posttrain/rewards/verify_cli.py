@@ -182,7 +182,7 @@ def check_instruction(obj: dict) -> dict:
 
 
 def _tests_field(obj: dict) -> list[dict]:
-    from posttrain.rewards.code_judge import is_valid_test
+    from posttrain.rewards.code_judge import test_problem
 
     tests = field(obj, "tests", (list, str), "a list of tests or a JSON string of one")
     if isinstance(tests, str):
@@ -193,8 +193,8 @@ def _tests_field(obj: dict) -> list[dict]:
     if not isinstance(tests, list) or not tests:
         raise BadInput("'tests' must be a non-empty list", "tests")
     for i, test in enumerate(tests):
-        if not is_valid_test(test):
-            raise BadInput(f"'tests' item {i} needs input/output or call/expected", "tests")
+        if problem := test_problem(test):
+            raise BadInput(f"'tests' item {i}: {problem}", "tests")
     return tests
 
 
