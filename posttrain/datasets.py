@@ -46,6 +46,7 @@ from dvc_data.hashfile.build import build  # noqa: E402
 from dvc_data.hashfile.checkout import checkout  # noqa: E402
 from dvc_data.hashfile.hash_info import HashInfo  # noqa: E402
 
+from posttrain.project_paths import STORE_MARKER  # noqa: E402
 from posttrain.schema import DatasetRef  # noqa: E402
 
 # `import dvc` installs stdout/stderr handlers on the "dvc" logger at INFO ("Initialized DVC
@@ -88,6 +89,7 @@ class DatasetStore:
     # -- setup -----------------------------------------------------------------------------------
     def _init(self) -> None:
         if not (self.root / ".git").exists():
+            (self.root / STORE_MARKER).write_text("posttrain data store: datasets produced by pipeline runs\n")
             self._git("init", "-q")
         for key, value in (
             ("user.name", _GIT_USER[0]),
@@ -107,7 +109,8 @@ class DatasetStore:
         lines = gitignore.read_text().splitlines() if gitignore.exists() else []
         if "/.lock" not in lines:
             gitignore.write_text("\n".join([*lines, "/.lock"]) + "\n")
-        self._git("add", "--", ".gitignore", ".dvcignore", ".dvc/config", ".dvc/.gitignore")
+        self._git("add", "--", ".gitignore", ".dvcignore", ".dvc/config", ".dvc/.gitignore",
+                  *([STORE_MARKER] if (self.root / STORE_MARKER).exists() else []))
         self._commit("data store: init / config")
 
     def _configure(self, site_cache: str) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-# The first commit `DatasetStore` makes in a store it creates (posttrain.datasets).
+# What marks a folder as a data store `DatasetStore` created (posttrain.datasets): this file, written
+# before its `git init` (so a run killed before the first commit leaves a store still known as one),
+# or, for stores made before the file existed, the store's first commit.
+STORE_MARKER = ".posttrain-data-store"
 STORE_FIRST_COMMIT = "data store: init / config"
 _CODE_FOLDERS = ("posttrain", "flows", "stages", "configs", "tests", "bench", "scripts", "docs", ".git")
 
@@ -20,7 +23,9 @@ def _problem(field: str, value: str, message: str) -> dict:
 
 
 def is_data_store(path: Path) -> bool:
-    """A git repository whose first commit is the data store's own."""
+    """A folder `DatasetStore` created: it holds the marker, or its git history starts with the store's commit."""
+    if (Path(path) / STORE_MARKER).is_file():
+        return True
     try:
         first = subprocess.run(["git", "-C", str(path), "log", "--reverse", "--format=%s"], capture_output=True,
                                text=True, timeout=30, env={"PATH": "/usr/bin:/bin", "HOME": str(path)})

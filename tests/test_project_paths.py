@@ -56,3 +56,14 @@ def test_a_file_where_a_folder_is_needed_is_named(tmp_path, field):
 def test_the_defaults_pass(tmp_path):
     cfg = load_config(_config(tmp_path, "  runs: runs\n"))
     assert cfg.paths.runs == "runs"
+
+
+def test_a_store_whose_run_was_killed_before_its_first_commit_is_still_a_store(tmp_path):
+    """Killed between the store's `git init` and its first commit: a repository with no commit, which
+    only the store's marker tells from a user's fresh repository."""
+    store = DatasetStore(tmp_path / "store")
+    subprocess.run(["git", "-C", str(store.root), "update-ref", "-d", "HEAD"], check=True)   # no commit left
+    assert load_config(_config(tmp_path, f"  data_store: {store.root}\n")).paths.data_store
+    fresh = tmp_path / "fresh"
+    subprocess.run(["git", "init", "-q", str(fresh)], check=True)
+    assert "did not create as a data store" in _error(_config(tmp_path, f"  data_store: {fresh}\n"))
