@@ -47,6 +47,11 @@ def _rows(rng: random.Random) -> list[dict]:
         rows.append({"kind": "instruction", "prompt": [user_turn(f"Compute {a} - {b}.", None)],
                      "answer": str(a - b), "constraints": constraints, "thinking": [None, True, False][i % 3],
                      "language": "en"})
+    for i in range(6):
+        k = rng.randint(2, 9)
+        tests = [{"call": f"f({x})", "expected": str(k * x), **({"hidden": True} if x > 2 else {})} for x in (1, 2, 3, 4)]
+        rows.append({"kind": "code", "prompt": [user_turn(f"Write f(x) returning {k} * x. f(1) == {k}", None)],
+                     "tests": tests, "thinking": [True, False, None][i % 3], "language": "en"})
     return rows
 
 
@@ -61,6 +66,11 @@ def _replies(row: dict, rng: random.Random) -> list[str]:
                    f"\\boxed{{{gold}}} or \\boxed{{{int(gold) - 1}}}", f"{gold}", "\\boxed{}"]
     elif row["kind"] == "direct":
         answers = [row["answer"], row["answer"].lower(), f"\\boxed{{{row['answer']}}}", "I do not know"]
+    elif row["kind"] == "code":
+        k = int(row["tests"][0]["expected"])
+        fence = "```python\n{}\n```"
+        answers = [fence.format(f"def f(x):\n    return {k} * x"), fence.format(f"def f(x):\n    return {k} + x"),
+                   fence.format(f"def f(x):\n    return {{1: {k}, 2: {2 * k}}}[x]"), "f(x) = k x", fence.format("")]
     else:
         n = row["answer"]
         answers = [f"the answer is {n}", f'{{"answer": {n}}}', f'{{"answer": {int(n) + 3}}}', "ok", "OK",
@@ -120,7 +130,9 @@ def test_each_rl_stage_pays_what_evaluation_scores_on_every_kind_and_mode(tokeni
     every_kind = cfg.stages.reasoning_rl.rewards.model_copy(update={"instruction": 1.0, "code": 1.0})
     mixed_reasoning = cfg.stages.reasoning_rl.model_copy(update={"rewards": every_kind})
     compared = _check_stage(mixed_reasoning, tokenizer, ChatConfig(), rows, with_stats=True)
-    compared += _check_stage(cfg.stages.general_rl, tokenizer, ChatConfig(), rows, with_stats=False)
+    with_code = cfg.stages.general_rl.rewards.model_copy(update={"code": 1.0})   # shipped weights, plus code rows paid
+    compared += _check_stage(cfg.stages.general_rl.model_copy(update={"rewards": with_code}), tokenizer, ChatConfig(), rows,
+                             with_stats=False)
     assert compared >= 300
 
 
