@@ -150,7 +150,7 @@ def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
     # Its task runs (the stage it was in) were left RUNNING too: the UI would show them in progress forever.
     left = client.read_task_runs(task_run_filter=TaskRunFilter(
         flow_run_id=TaskRunFilterFlowRunId(any_=[run.id]),
-        # (Prefect 3.7 declares the state filter's `name` without a default)
+        # (`name` given: Prefect 3.7 declares it without a default)
         state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]), name=None)))
     for task_run in left:
         client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
