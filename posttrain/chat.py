@@ -9,6 +9,7 @@ translated at the boundary (`to_canonical` / `from_canonical`).
 """
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -182,6 +183,20 @@ def visible(text: str) -> bool:
     """Whether the text shows anything: not only whitespace and invisible format characters
     (zero-width spaces and joiners, direction marks)."""
     return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
+# A think marker however it is dressed: `<thinking>`, `< /think >`, `＜think＞` (NFKC), `<\u200bthink>`
+# (invisible characters dropped), `&lt;think&gt;` (HTML-unescaped), `<THINK>` (case-folded).
+_THINK_LIKE = re.compile(r"<\s*/?\s*think(?:ing)?\b[^<>]{0,200}>")
+
+
+def has_think_marker(text: str) -> bool:
+    """Whether text holds a think-like marker: the answer part of a reply that has one reasons
+    outside its think block (a /no_think reply's reasoning after the empty block, in look-alike
+    markers). Linear time."""
+    text = unicodedata.normalize("NFKC", html.unescape(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").casefold()
+    return "think" in text and _THINK_LIKE.search(text) is not None
 
 
 def parse_response(text: str) -> ParsedResponse:

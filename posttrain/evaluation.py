@@ -16,22 +16,29 @@ from posttrain.config import EvalSuiteConfig, PipelineConfig
 from posttrain.dataio import read_jsonl
 from posttrain.generation import Generation, generate_replies, load_generator, release
 from posttrain.metrics import PER_LANGUAGE, suite_metrics
-from posttrain.rewards import verify_row
-from posttrain.rewards.format import format_ok, mode_ok
-from posttrain.rewards.language import language_share
+from posttrain.rewards import prompt_text, verify_row
+from posttrain.rewards.format import format_ok, mode_ok, substantive
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult
 
 # Part of the evaluation cache key: bump when a metric's definition changes, so cached verdicts of
-# the old definition are not reused (eval/6: instruction guard overrides counted).
-EVAL_VERSION = "eval/6"
+# the old definition are not reused (eval/7: language consistency is the training reward's, 0 for
+# reasoning without content; think-like markers in the answer fail format and mode; `qualified` answers).
+EVAL_VERSION = "eval/7"
 
 
-def reasoning_consistency(response: str, language: str) -> float:
-    parsed = parse_response(response)
-    if parsed.reasoning is None or not parsed.reasoning:
+def reasoning_consistency(response: str, language: str, question: str | None = None) -> float:
+    """The training reward's verdict (`posttrain.rewards.language_consistency`, the same function):
+    the share of the reasoning's words in the prompt's language, 0 for reasoning without content
+    (`substantive`: `…`, an emoji, `\\u200b`, `b e c`) or without an answer; 0 without reasoning.
+    Where the reward does not apply (reasoning with content but no words, `1+2=3`), 1: digits and
+    symbols are in no language."""
+    from posttrain.rewards import language_consistency
+
+    reasoning = parse_response(response).reasoning
+    if not reasoning:
         return 0.0
-    share = language_share(parsed.reasoning, language)
-    return 1.0 if share is None else share
+    share = language_consistency([response], [language], questions=[question])[0]
+    return (1.0 if substantive(reasoning, question) else 0.0) if share is None else share
 
 
 def row_mode(suite: EvalSuiteConfig, row: dict) -> bool | None:
@@ -66,9 +73,10 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
         items["accuracy"].append(_mean(scores))
         overrides.append(_mean([float(reason.startswith("guard:")) for _, reason in verdicts]))
         # Judged in the mode its prompt was rendered in (Generation.thinking), as training judges it.
-        items["format"].append(_mean([float(format_ok(g.text, g.thinking)) for g in gens]))
+        question = prompt_text(row.get("prompt"))
+        items["format"].append(_mean([float(format_ok(g.text, g.thinking, question)) for g in gens]))
         items["mode_compliance"].append(_mean([float(mode_ok(g.text, thinking=False)) for g in gens]))
-        consistency = [reasoning_consistency(g.text, row.get("language", "en")) for g in gens]
+        consistency = [reasoning_consistency(g.text, row.get("language", "en"), question) for g in gens]
         items["language_consistency"].append(_mean(consistency))
         with_reasoning += [c for g, c in zip(gens, consistency) if parse_response(g.text).reasoning]
         items["truncation"].append(_mean([float(g.truncated) for g in gens]))

@@ -228,8 +228,10 @@ def reward_settings(config, model, tokenizer):
 
 
 def stop_token_ids(model, tokenizer) -> frozenset[int]:
-    """The ids that end a completion as GRPOTrainer counts them (its `eos_token_ids`: the generation
-    config's eos ids and the tokenizer's, plus pad): a completion ending otherwise hit the budget."""
-    eos = model.generation_config.eos_token_id
-    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    return frozenset(i for i in (*eos, tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None)
+    """The ids that end a completion: exactly generation's stop tokens (`posttrain.generation._stop_ids`:
+    the eos ids and the template's end-of-turn token), so a reply the reward counts as finished is one
+    evaluation counts as finished. Not pad, unless pad is one of them: generation never stops on pad,
+    and a reply cut at the budget whose last sampled token is pad is truncated there too."""
+    from posttrain.generation import _stop_ids
+
+    return frozenset(_stop_ids(model, tokenizer))

@@ -288,3 +288,132 @@ def test_odd_rows_are_judged_without_raising(answer, prompt):
     r = {"kind": "instruction", "prompt": prompt, "constraints": NO_THINK, "answer": answer}
     score, reason = verify_row(assemble_response("", "The result is 36"), r)
     assert score in (0.0, 1.0) and not reason.startswith("verifier_error"), reason
+
+
+# ---------------------------------------------------------------- 6. counts and answers bent (instruction/5)
+
+def _bench(prompt: str, constraint: dict, answer: str) -> dict:
+    return row(prompt, [constraint], answer)
+
+
+@pytest.mark.parametrize("glued", [
+    "MYFINALANSWERIS 5", "myfinalansweris 5", "Myfinalansweris 5", "theansweris 5", "THEANSWERIS 5", "ithinkitis 5",
+    "th\u00e9answe\u0155is 5", "m\u00fdfina\u013aanswe\u0155is 5", "ОКОНЧАТЕЛЬНЫЙОТВЕТ 5"])
+def test_a_glued_run_without_humps_counts_as_its_words_for_at_most(glued):
+    r = _bench("Compute 2 + 3. Use at most 3 words.", {"type": "max_words", "value": 3}, "5")
+    assert verdict(glued, r)[0] == 0.0
+    assert verdict("5", r) == (1.0, "constraints_met") and verdict("It is 5", r) == (1.0, "constraints_met")
+
+
+def test_long_real_words_are_over_counted_for_at_most_which_only_makes_it_stricter():
+    assert count_words("theansweris") == 3 and count_words("myfinalansweris") == 4
+    assert count_words("internationalization") == 4      # 20 letters: ceil(20 / 5)
+    assert count_words("The temperature is into the range") == 6   # 11 letters and a compound: one word each
+
+
+SALAD = ("hence adaption throwing passing tuples order connect closes midpoints runs stores apply testcase related "
+         "lstat areas inclusive pathname parameters ninth exit rounded fits read buffers aspects larger worst gmtime "
+         "meaningful encoded ctx separated mixed letters quotechar lineterm pstdev endpoints deque channels").split()
+HONEST_HEAD = "I worked through the sum one column at a time and checked it twice, so the value is right."
+
+
+@pytest.mark.parametrize("padding", [
+    " ".join(SALAD),                                                                    # word salad
+    " ".join("".join(random.Random(i).choice(c) for c in ("bcdfgklmnprst", "aeiou", "bdklmnt", "aeiou"))
+             for i in range(45)),                                                       # syllable soup
+    "lorem ipsum dolor sit amet " * 9,
+    " ".join(f"word{i}" for i in range(45)),
+    "very " * 44 + "good",
+    "I think the answer is five because it is. " * 6,                                  # one sentence said over and over
+    HONEST_HEAD + " " + " ".join(SALAD[:30]),                                           # prose, then salad
+    "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(45)),                      # random ideographs
+])
+def test_a_word_minimum_counts_only_words_in_prose(padding):
+    r = _bench("Compute 17 + 19. Reply in at least 40 words.", {"type": "min_words", "value": 40}, "36")
+    assert verdict(f"The answer is 36. {padding}", r)[0] == 0.0
+
+
+HONEST_EN = [
+    "Cats are small carnivorous mammals that people have kept as companions for thousands of years. They are agile "
+    "hunters with sharp claws, keen hearing and excellent night vision. Most domestic cats sleep for much of the day "
+    "and become active at dusk, when their wild ancestors hunted mice and birds in the open. A healthy cat grooms "
+    "itself several times a day, and many owners notice that their pet follows a steady routine of meals, naps and "
+    "play. Cats communicate with purrs, chirps and body language, and a slow blink is often read as a sign of trust. "
+    "Give a new cat a quiet room for its first few days.",
+    "To install the package, create a virtual environment first and activate it. Then run pip with the name of the "
+    "package and wait for the download to finish. If the installer reports a missing compiler, install the build "
+    "tools for your platform and try again. Once the package is installed, import it in a Python shell to check "
+    "that the version matches the one in your requirements file. Keep the environment separate from the system "
+    "interpreter, because upgrading a shared library can break other programs that depend on an older release. "
+    "Write the steps down so that the next person can repeat them.",
+    "The French Revolution began in 1789 and changed the political map of Europe. Food shortages, heavy taxes and "
+    "the debts of the crown left many citizens angry with the old order. When the Estates-General met at "
+    "Versailles, the representatives of the common people declared themselves a National Assembly. Within weeks a "
+    "crowd stormed the Bastille, and the king was forced to accept limits on his power. Over the next decade the "
+    "country moved from a constitutional monarchy to a republic, through years of war and terror, and finally to "
+    "the rule of Napoleon, who crowned himself emperor in 1804. "
+    "Its ideas of rights and citizenship spread far beyond France.",
+    "To find the sum of 55 and 19, add the ones first: five plus nine is fourteen, so write four and carry one. "
+    "Then add the tens with the carried one: five plus one plus one is seven. The result is 74. You can check it by "
+    "subtracting 19 from 74, which gives back 55, the number we started with. This way of working column by column "
+    "is reliable for large numbers too, as long as each carry is written down and added to the next column before "
+    "moving on to the left. Checking with the inverse operation catches most slips "
+    "before they spread into later steps of the work.",
+]
+HONEST_ZH = [
+    "猫是一种很受欢迎的家养动物。它们身体灵活，听觉和夜视能力都很好。大多数家猫白天会睡很长时间，到了傍晚才变得活跃，"
+    "这和它们的野生祖先在黄昏时捕猎老鼠和小鸟的习惯有关。猫每天会多次舔毛来保持身体清洁，很多主人也会发现自己的猫有固定的作息，"
+    "按时吃饭、睡觉和玩耍。猫通过呼噜声、叫声和身体姿态来交流，慢慢眨眼常常被看作信任的表现。",
+    "安装这个软件包之前，最好先创建一个虚拟环境并激活它。然后用包管理工具安装，等下载完成。如果安装程序提示缺少编译器，"
+    "就需要先为你的系统安装构建工具，再重新尝试。安装完成以后，可以在交互环境里导入它，检查版本是否和需求文件中的一致。"
+    "请把这个环境和系统自带的解释器分开，因为升级共享的库可能会让依赖旧版本的其他程序无法正常运行。",
+    "计算五十五加十九的时候，先算个位：五加九等于十四，写四进一。再算十位：五加一再加上进位的一，等于七。所以结果是七十四。"
+    "我们可以用减法来检验：七十四减去十九，得到五十五，正好是开始的那个数。这种按位计算的方法对于很大的数也同样可靠，"
+    "只要每次进位都记下来，并在计算下一位之前加上去。用逆运算来检查，可以发现大部分的粗心错误。",
+]
+
+
+@pytest.mark.parametrize("text", HONEST_EN)
+def test_honest_english_paragraphs_meet_a_hundred_word_minimum(text):
+    assert len(text.split()) >= 100
+    r = row("Write at least 100 words about this topic: " + text[:60], [{"type": "min_words", "value": 100}])
+    assert verdict(text, r) == (1.0, "constraints_met"), count_real_words(text)
+
+
+@pytest.mark.parametrize("text", HONEST_ZH)
+def test_honest_chinese_paragraphs_meet_a_hundred_word_minimum(text):
+    r = row("请写至少120个字，主题：" + text[:12], [{"type": "min_words", "value": 120}])
+    assert verdict(text, r) == (1.0, "constraints_met"), count_real_words(text)
+
+
+DAY = "What day comes after Monday?"
+
+
+@pytest.mark.parametrize("reply,r", [
+    ('{"answer": "not Tuesday"}', row(DAY + ' Reply in JSON as {"answer": ...}.', JSON, "Tuesday")),
+    ('{"answer": "not 5"}', row("Compute 2 + 3. Reply in JSON.", JSON, "5")),
+    ('{"answer": "不是星期二"}', row("星期一之后是星期几？用 JSON 回答。", JSON, "星期二")),
+    ('{"answer": 30, "answer": 29}', row("Compute 14 + 15. Reply in JSON.", JSON, "29")),
+    ('{"answer": {"value": 30, "value": 29}}', row("Compute 14 + 15. Reply in JSON.", JSON, "29")),
+    ('{"answer": "5 or nested"}', row("Compute 2 + 3. Reply in JSON.", JSON, "5")),
+    ('{"answer": "5", "note": "maybe"}', row("Compute 2 + 3. Reply in JSON.", JSON, "5")),
+    ("The answer is not 36.", row("Compute 55 - 19.", NO_THINK, "36")),                 # invented: plain-text negation
+    ("It isn't Tuesday.", row(DAY, NO_THINK, "Tuesday")),
+    ("anything except Tuesday", row(DAY, NO_THINK, "Tuesday")),
+    ("Tuesday is wrong", row(DAY, NO_THINK, "Tuesday")),
+    ("答案不是36", row("计算 55 - 19。", NO_THINK, "36")),
+    ("maybe 36", row("Compute 55 - 19.", NO_THINK, "36")),          # invented: a hedge by the number
+    ("36 or so", row("Compute 55 - 19.", NO_THINK, "36")),
+])
+def test_a_negated_hedged_or_duplicated_answer_earns_nothing(reply, r):
+    assert verdict(reply, r)[0] == 0.0
+
+
+@pytest.mark.parametrize("reply,r", [
+    ('{"answer": "Tuesday"}', row(DAY + ' Reply in JSON as {"answer": ...}.', JSON, "Tuesday")),
+    ('{"answer": 29, "working": "14 + 15 = 29"}', row("Compute 14 + 15. Reply in JSON.", JSON, "29")),
+    ("Tuesday. It is not a weekend day.", row(DAY, NO_THINK, "Tuesday")),
+    ("36. It is not a negative number.", row("Compute 55 - 19.", NO_THINK, "36")),
+])
+def test_an_answer_stated_plainly_still_pays(reply, r):
+    assert verdict(reply, r) == (1.0, "constraints_met")

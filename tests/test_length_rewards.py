@@ -11,8 +11,9 @@ from posttrain.rewards.length import (
 
 
 def _resp(answer: str, pad: int = 0) -> str:
-    # reasoning with content (two words at least): a degenerate think block earns no length bonus
-    return assemble_response("worked out: " + "step " * pad + "done", f"The answer is \\boxed{{{answer}}}.")
+    # reasoning with content (three content words at least, `substantive`): a degenerate think block
+    # earns no length bonus
+    return assemble_response("worked out digit by digit: " + "step " * pad + "done", f"The answer is \\boxed{{{answer}}}.")
 
 
 def test_kimi_formula_golden_group():

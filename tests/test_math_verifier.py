@@ -240,7 +240,10 @@ GOLDEN = [
     # --- Chinese -----------------------------------------------------------------------------
     ("chinese", "<think>个位7+8=15……</think>答案是\\boxed{85}。", "85", 1.0, M),
     ("chinese_wrong", "<think>个位7+8=15……</think>答案是\\boxed{86}。", "85", 0.0, X),
-    ("chinese_unit", "所以共有\\boxed{85个}苹果。", "85", 1.0, M),
+    ("chinese_unit", "所以共有\\boxed{85个}。", "85", 1.0, M),
+    ("chinese_unit_after_box", "所以共有\\boxed{85}个。", "85", 1.0, M),
+    # a noun after the box is refused as it is inside it (85个苹果: not a unit on the allowlist)
+    ("chinese_noun_after_box", "所以共有\\boxed{85个}苹果。", "85", 0.0, "qualified"),
     ("chinese_text_answer", "答案：\\boxed{\\text{是}}", "是", 1.0, M),
     ("chinese_fullwidth", "答案是\\boxed{\uff11\uff12}", "12", 1.0, M),
     ("chinese_think_only", "<think>答案是\\boxed{85}", "85", 0.0, "think_only"),
@@ -323,7 +326,8 @@ def test_verdict_answer_is_extracted_text():
 @pytest.mark.parametrize(
     "response,expected",
     [
-        ("a \\boxed{\\frac{1}{2}} b", ("\\frac{1}{2}", "ok")),
+        ("a \\boxed{\\frac{1}{2}}. b", ("\\frac{1}{2}", "ok")),
+        ("a \\boxed{\\frac{1}{2}} b", (None, "qualified")),
         ("\\boxed{1} then \\boxed{1}", ("1", "ok")),
         ("\\boxed{1} then \\boxed{2}", (None, "hedged")),
         ("\\boxed 5", ("5", "ok")),

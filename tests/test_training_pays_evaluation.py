@@ -187,7 +187,7 @@ def test_a_truncated_reply_is_wrong_in_every_reward_stack_and_in_the_sampler(tok
     rows = [{"kind": "math", "prompt": [user_turn("Compute 20 + 22.", True)], "answer": "42", "thinking": True,
              "language": "en"}]
     example = grpo_dataset(tokenizer, chat, rows)[0]
-    reply = assemble_response("twenty and twenty-two make 42", "\\boxed{42} and then some more words")
+    reply = assemble_response("twenty and twenty-two make 42", "\\boxed{42}. And then some more words")
     whole, cut = _trl_view(tokenizer, reply, "", False), _trl_view(tokenizer, reply, "", True)
     assert "\\boxed{42}" in cut[1]
     for stage in (cfg.stages.reasoning_rl, cfg.stages.general_rl):

@@ -95,30 +95,43 @@ def _modes(kwargs: dict, n: int) -> list[bool | None]:
     return kwargs["thinking"] if kwargs.get("thinking") is not None else [None] * n
 
 
+def _questions(kwargs: dict, n: int) -> list[str | None]:
+    """Each row's question (the prompt's words), for `substantive`: the question copied into the
+    think block is no reasoning. From GRPO's `task` column, as evaluation reads it from the row."""
+    task = kwargs.get("task")
+    if task is None:
+        return [None] * n
+    return [prompt_text((json.loads(t) if isinstance(t, str) else t).get("prompt")) for t in task]
+
+
 def format_reward(completions, **kwargs) -> list[float | None]:
     n = len(completions)
     kinds = _column(kwargs, "kind", n, "math")
-    return [float(format_ok(completion_text(c), t)) if k == "math" else None
-            for c, k, t in zip(completions, kinds, _modes(kwargs, n))]
+    return [float(format_ok(completion_text(c), t, q)) if k == "math" else None
+            for c, k, t, q in zip(completions, kinds, _modes(kwargs, n), _questions(kwargs, n))]
 
 
 def mode(completions, **kwargs) -> list[float | None]:
     """The /think vs /no_think switch on every row whose prompt was rendered in a mode, whatever its
     answer format (format_reward also demands a boxed answer, so it cannot score instruction rows:
     JSON, a word, a sentence...); None where the prompt asked for no mode."""
-    return [None if t is None else float(mode_ok(completion_text(c), t))
-            for c, t in zip(completions, _modes(kwargs, len(completions)))]
+    n = len(completions)
+    return [None if t is None else float(mode_ok(completion_text(c), t, q))
+            for c, t, q in zip(completions, _modes(kwargs, n), _questions(kwargs, n))]
 
 
-def language_consistency(completions, language, **kwargs) -> list[float | None]:
+def language_consistency(completions, language, questions: list | None = None, **kwargs) -> list[float | None]:
     """The share of the reasoning's words in the prompt's language; 0 for a reply that reasons
     but never answers (nothing after `</think>` but markup: an empty `\\boxed{}` earns nothing),
-    and for reasoning without content (one character, one repeated word: `substantive`)."""
+    and for reasoning without content (one character, one repeated word, the question copied:
+    `substantive`). `questions`: each row's question where known (evaluation passes it; training
+    reads it from the `task` column)."""
+    questions = questions if questions is not None else _questions(kwargs, len(completions))
     out: list[float | None] = []
-    for c, lang in zip(completions, language):
+    for c, lang, q in zip(completions, language, questions):
         parsed = parse_response(completion_text(c))
         share = language_share(parsed.reasoning, lang) if parsed.reasoning else None
-        out.append(0.0 if share is not None and (not tokens(parsed.answer) or not substantive(parsed.reasoning))
+        out.append(0.0 if share is not None and (not tokens(parsed.answer) or not substantive(parsed.reasoning, q))
                    else share)
     return out
 
@@ -223,9 +236,9 @@ def task_rows(completions, task, columns: dict) -> list[dict]:
 
 
 def truncated_flags(completion_ids, stop_ids: frozenset[int] | None, n: int) -> list[bool]:
-    """Which completions hit the token budget: TRL's rule (the last token is no eos or pad), so a
-    task reward's truncation is the one `completions/clipped_ratio` counts. Without token ids
-    (outside a trainer) nothing is known to be cut."""
+    """Which completions hit the token budget: the last token is none of generation's stop tokens
+    (eos and the template's end of turn: `posttrain.generation._stop_ids`), as evaluation decides.
+    Without token ids (outside a trainer) nothing is known to be cut."""
     if completion_ids is None or stop_ids is None:
         return [False] * n
     return [not ids or ids[-1] not in stop_ids for ids in completion_ids]
@@ -247,7 +260,7 @@ def verify_batch(responses: list[str], rows: list[dict], truncated: list[bool]) 
 @dataclass(frozen=True)
 class RewardSettings:
     """Run settings some rewards need: group size and length warm-up (Kimi length reward), the
-    generation budget (DAPO overlong), the ids that end a completion (truncation: TRL's eos ids and pad)."""
+    generation budget (DAPO overlong), the ids that end a completion (truncation: generation's stop ids)."""
 
     num_generations: int = 8
     length_warmup_steps: int = 0

@@ -23,7 +23,6 @@ import json
 import re
 import unicodedata
 import urllib.parse
-from collections import Counter
 from functools import cache
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ from opencc import OpenCC
 from posttrain.chat import parse_response
 from posttrain.rewards.language import CJK_CLASS, language_share
 
-INSTRUCTION_VERSION = "instruction/4"   # the guard layer: generic, wrong and hedged replies earn 0
+INSTRUCTION_VERSION = "instruction/5"   # glued runs, prose-only minimums, negated answers, repeated JSON keys
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure
@@ -60,30 +59,31 @@ def tokens(text: str) -> list[str]:
 
 
 _KANA_HANGUL = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uac00-\ud7af\uff66-\uff9f]")
-_HUMP = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_LETTER_RUN = re.compile(f"(?:(?![{CJK_CLASS}])[^\\W\\d_])+")
 
 
 def count_words(text: str) -> int:
-    """CJK characters count one word each; so does every run of letters and every number, a
-    camelCase run counts its humps ("TheAnswerIsFive" is four words, not one) and kana and Hangul
-    count per syllable, as ideographs do (a word-count limit cannot be met by gluing words)."""
+    """The count for "at most N words", conservative in that direction: CJK characters count one
+    word each, kana and Hangul one per syllable, every number one, and a run of letters as many
+    words as it may hold glued (`instruction_guard.glued_parts`: "TheAnswerIsFive" four,
+    "theansweris" three), so a word-count limit cannot be met by gluing words."""
+    from posttrain.rewards.instruction_guard import glued_parts   # the guard builds on this module
+
     prose = _prose(text)
-    glued = sum(len(_HUMP.findall(run)) for run in re.findall(r"[A-Za-z]+", prose))
+    glued = sum(glued_parts(run) - 1 for run in _LETTER_RUN.findall(prose))
     syllables = _KANA_HANGUL.findall(prose)
     runs = len(re.findall(f"(?:{_KANA_HANGUL.pattern})+", prose))
     return len(tokens(text)) + glued + len(syllables) - runs
 
 
-# A run of letters that can be a word when counting towards "at least N words": two or more letters,
-# not one letter repeated ("aaaa", "aAaA"), with a vowel when it is Latin ("xq zv" is not text),
-# and case only where words carry it (lower, Capitalised, UPPER, camelCase, "PDFs", never "aB"); or the
-# one-letter words "a" and "I".
-_LATIN_RUN = re.compile(r"[A-Za-z]+")
-_LETTERS = re.compile(r"[^\W\d_]+")
+_GLUED_DIGITS = re.compile(rf"(?![{CJK_CLASS}])[^\W\d_]\d|\d(?![{CJK_CLASS}])[^\W\d_]")
+_LATIN_RUN, _LETTERS = re.compile(r"[A-Za-z]+"), re.compile(r"[^\W\d_]+")
 _GARBLED_CASE = re.compile(r"[a-z][A-Z](?![a-z])|[A-Z]{2}[a-z]{2}")
 
 
 def _real_word(run: str) -> bool:
+    """Two or more letters, not one letter repeated ("aAaA"), with a vowel when Latin ("xq" is not
+    text) and case only where words carry it ("PDFs", never "aB"); or the one-letter "a" and "I"."""
     folded = run.casefold()
     if len(run) < 2:
         return folded in ("a", "i")
@@ -95,19 +95,11 @@ def _real_word(run: str) -> bool:
 
 
 def count_real_words(text: str, enough: int | None = None) -> int:
-    """The count for "at least N words", conservative in that direction: each whitespace-separated
-    chunk is at most one word (a glued "TheAnswerIsFive" or "well-known" is one), and only if it
-    holds a real word (`_real_word`: "aAaA", "xq", "b", "42" are none); CJK ideographs count one
-    each, as in `count_words`. Padding by non-words cannot reach a minimum. Each distinct chunk is
-    judged once, and counting stops at `enough` (a long reply is read in linear time)."""
-    total = 0
-    for chunk, n in Counter(_prose(text).split()).items():
-        ideographs = 0 if chunk.isascii() else len(_CJK.findall(chunk))
-        rest = _CJK.sub(" ", chunk) if ideographs else chunk
-        total += n * (ideographs + any(_real_word(run) for run in _LETTERS.findall(rest)))
-        if enough is not None and total >= enough:
-            break
-    return total
+    """The count for "at least N words", conservative in that direction: only real words in spans
+    that read as prose (`instruction_guard.prose_words`), counting stopped at `enough`."""
+    from posttrain.rewards.instruction_guard import prose_words
+
+    return prose_words(_prose(text), enough)
 
 
 def _json_body(answer: str) -> str:
@@ -126,8 +118,14 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")   # json.loads accepts NaN and Infinity; the JSON standard does not
 
 
+def _unique_keys(pairs: list) -> dict:
+    if len({key for key, _ in pairs}) < len(pairs):   # {"answer": 30, "answer": 29}: two answers, one read
+        raise ValueError("a JSON object repeats a key")
+    return dict(pairs)
+
+
 def _load_json(answer: str):
-    return json.loads(_json_body(answer), parse_constant=_no_constant)
+    return json.loads(_json_body(answer), parse_constant=_no_constant, object_pairs_hook=_unique_keys)
 
 
 # ---------------------------------------------------------------- folding for forbidden words

@@ -10,7 +10,7 @@ said no; training logs every reason as `verifier/<reason>`, so overrides are cou
   obfuscated     bidi override controls, letters written as HTML or percent escapes, markup inside
                  a word: a reply that has to be decoded to be read hides something from a checker
   degenerate     no reply at all (`degenerate_reason`: empty, one token repeated, padding, ...)
-  wrong_answer   the row has a reference answer and the reply does not state it
+  wrong_answer   the row has a reference answer and the reply does not state it, or denies it ("not 36")
   hedged         the reply states the answer and also a competing one ("36 or 35", two boxes, a
                  JSON field per guess, "Monday, Sunday", the answer's frame with another filling)
   generic        nothing but filler: stop words, "ok", "sure", "I hope this helps", lorem ipsum
@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
 from posttrain.chat import ParsedResponse, parse_response
 from posttrain.rewards.instruction import (
-    _BIDI_OVERRIDE, _CJK, _LETTER, _content, _json_body, _load_json, _unmarked, check_constraint, fold_text,
-    parse_constraints, tokens,
+    _BIDI_OVERRIDE, _CJK, _GLUED_DIGITS, _KANA_HANGUL, _LETTER, _LETTERS, _content, _json_body, _load_json, _real_word,
+    _unmarked, check_constraint, fold_text, parse_constraints, tokens,
 )
 from posttrain.rewards.language import CJK_CLASS, language_share
 from posttrain.rewards.math.extract import find_boxes
@@ -62,11 +63,12 @@ whatever nothing something anything everything none na idk dunno know knew unsur
 possibly probably hope helps help helpful happy glad assist assistance assistant ai question questions answer
 answers answered reply replies response responses respond responding below above following let see
 foo bar baz qux asdf qwerty placeholder blah etc xyz
+""".split()) | (LOREM := frozenset("""
 lorem ipsum dolor sit amet consectetur consectetuer adipiscing adipisicing elit sed eiusmod tempor incididunt
 ut labore et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip ex
 ea commodo consequat duis aute irure reprehenderit voluptate velit esse cillum fugiat nulla pariatur excepteur
 sint occaecat cupidatat non proident sunt culpa qui officia deserunt mollit anim id est laborum
-""".split())
+""".split()))
 # Words about the form of a reply, which every instruction prompt has: not the prompt's topic, and
 # not content in a reply ("Here is my reply in lowercase letters").
 INSTRUCTION_WORDS = frozenset("""
@@ -95,6 +97,106 @@ _ZH_HEDGE = re.compile("或者|或许|还是|也许|可能|大概|或")
 # "Monday. Sunday.") is a hedge.
 _LIST_SEPARATORS = re.compile(r"[,，、;；/|\n.。!！?？]")
 _NOVEL_LIMIT = 4   # content words beyond the answer a short-answer reply may add (an ideograph: half)
+
+# ---------------------------------------------------------------- counting words
+
+# Closed-class English words (articles, pronouns, auxiliaries, prepositions, conjunctions) and the
+# most frequent Chinese characters. Their measured shares: the honest paragraphs of
+# tests/test_instruction_guard.py 39-49% (English; 12-word blocks 25-67%) and 40-52% (Chinese);
+# word salad from the bench's 2,259-word dictionary 3.8%; syllable soup, random ideographs under 1%.
+FUNCTION_WORDS = frozenset("""
+a an the this that these those it its i me my we us our ours you your he him his she her they them their there here
+is am are was were be been being do does did have has had will would shall should can could may might must not no
+of to in on at by for with from as into onto about than then so and or but if because while when where what which
+who whom whose how all any each every some such other another both either neither nor also just too only more most
+much many up out over under after before between through during without within again off down upon yet still even
+ever never dont doesnt didnt isnt arent wasnt im ive its thats theres
+""".split())
+_ZH_FUNCTION = frozenset("的一是不了在人有我他这个们中来上大为和国地到以说时要就出会可也你对生能而子那得于着下自之年过发后作里用道"
+                         "行所然家种事成方多经么去法学如都同现当没动面起看定天分还进好小部其些主样理心她本前开但因只从想实它与把"
+                         "很最并或等被将让给向每如虽且再已又才更吗呢吧")   # about the 150 most frequent characters
+_BLOCK = 12            # words judged together: a block reads as prose with 2 function words or more (1/6)
+_REPEATS = 4   # a word counts at most this often, or a 25th of the words so far (a function word: a 5th)
+
+
+def _word_units(prose: str):
+    """(key, is a function word, is a word) per word in order: an ideograph each; otherwise a
+    whitespace chunk is at most one word ("well-known"), and none when it glues letters to digits
+    ("word0"), holds no real word or is lorem ipsum."""
+    for chunk in prose.split():
+        if not chunk.isascii():
+            for ch in _CJK.findall(chunk):
+                yield ch, ch in _ZH_FUNCTION, True
+            chunk = _CJK.sub(" ", chunk)
+        runs = _LETTERS.findall(chunk)
+        if runs:
+            key = "".join(runs).casefold()
+            real = any(map(_real_word, runs)) and key not in LOREM and not _GLUED_DIGITS.search(chunk)
+            yield key, key in FUNCTION_WORDS, real
+
+
+def prose_words(prose: str, enough: int | None = None) -> int:
+    """The count for "at least N words" (`instruction.count_real_words`): real words, only in blocks
+    of `_BLOCK` that read as prose (a sixth function words: word salad, syllable soup and random
+    ideographs have almost none; a short last block joins the one before), each word at most
+    `_REPEATS` times or its share, function words at most 1.5 times the content words plus 4 ("very
+    very ... good", a sentence said again and again). Linear; stops at `enough`."""
+    seen, content, function, total = Counter(), 0, 0, 0
+    units, passed, at = list(_word_units(prose)), True, 0
+    while at < len(units):
+        block = units[at:] if len(units) - at < _BLOCK + _BLOCK // 2 else units[at:at + _BLOCK]   # a short rest joins
+        at += len(block)
+        if len(block) >= _BLOCK // 2:
+            passed = 6 * sum(f for _, f, _ in block) >= len(block)
+        if not passed:
+            continue
+        for key, is_function, real in block:
+            seen[key] += 1
+            if real and seen[key] <= max(_REPEATS, at // (5 if is_function else 25)):
+                function, content = function + is_function, content + (not is_function)
+        total = content + min(function, int(1.5 * content) + 4)
+        if enough is not None and total >= enough:
+            break
+    return total
+
+
+# Words a reply glues to pass "at most N words" ("theansweris 5"), for `glued_parts`, and real words
+# that split into them with a part of four letters or more but are one word ("however", "keyword").
+_GLUE_WORDS = FUNCTION_WORDS | INSTRUCTION_WORDS | frozenset("final guess result value total number correct sum".split())
+_ONE_WORD = frozenset("""within without whereas whereby wherein thereby therein thereof therewith hereby herein somewhat
+cannot another however whatever whenever wherever whoever somewhere somehow anywhere everywhere nowhere forever moreover
+thereafter hereafter meanwhile forgive behave keyword keywords outdo overall makeup startup whatnot""".split())
+_HUMP = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_LONG_RUN = 12   # letters: English running text averages under 5 a word, and few words pass 12
+
+
+@lru_cache(maxsize=4096)
+def _fewest_parts(word: str) -> int:
+    """The fewest `_GLUE_WORDS` that spell `word`, one of four letters or more (so "weather" is not
+    "we at her"); 1 when none do. A linear-time DP over (parts, no long part yet)."""
+    best = [(0, 1)] + [(len(word) + 1, 1)] * len(word)
+    for i in range(1, len(word) + 1):
+        for j in range(max(0, i - 12), i):
+            if best[j][0] <= len(word) and word[j:i] in _GLUE_WORDS:
+                best[i] = min(best[i], (best[j][0] + 1, best[j][1] and i - j < 4))
+    parts, short = best[-1]
+    return parts if not short and parts <= len(word) else 1
+
+
+def glued_parts(run: str) -> int:
+    """How many words a run of letters counts for "at most N words", erring high: its camelCase
+    humps ("TheAnswerIs" three), its reading as glued common words, accents aside ("theansweris",
+    "MYFINALANSWERIS": three and four), and a run longer than `_LONG_RUN` letters one word per 5
+    ("internationalization": four). Over-counting a long real word only makes a limit stricter."""
+    humps = len(_HUMP.findall(run)) + 1
+    if _KANA_HANGUL.search(run):   # kana and Hangul count per syllable in `count_words`
+        return humps
+    word = "".join(ch for ch in unicodedata.normalize("NFD", run) if not unicodedata.combining(ch)).casefold()
+    parts = max(humps, -(-len(word) // 5) if len(word) > _LONG_RUN else 1)
+    if 4 <= len(word) <= 40 and word not in _GLUE_WORDS and word not in _ONE_WORD:
+        parts = max(parts, _fewest_parts(word))
+    return parts
+
 
 # ---------------------------------------------------------------- degenerate replies
 
@@ -351,6 +453,30 @@ def _text_reason(content: str, reference: str, prompt: _Prompt | None) -> str | 
     return None
 
 
+# Words that deny what follows ("not Tuesday", "isn't 36", "except 5", "不是36") or precedes ("Tuesday is wrong").
+NEGATIONS = frozenset("not no never neither nor isn wasn aren weren doesn don didn cannot except excluding besides "
+                      "than 不 非 没 无 未 否 别".split())
+_DISOWNING = frozenset("wrong incorrect false untrue 错".split())
+
+
+def _disowned(content: str, want: list[str], numeric: bool) -> str | None:
+    """`wrong_answer`: a negation within two tokens before the answer, or a disowning word two after;
+    for a number, `hedged`: a hedge word that close ("maybe 36", "36 or so") or in a JSON string value."""
+    def hedge(text: str, units) -> bool:
+        return any(u in HEDGE_WORDS and u not in want for u in units) or bool(_ZH_HEDGE.search(text))
+    leaves = _json_values(content) or []
+    if numeric and any(isinstance(v, str) and hedge(_fold(v), tokens(_fold(v))) for v in leaves):
+        return "hedged"
+    units = tokens(_fold(_body(content)))
+    for i in _occurrences(units, want):
+        before, after = units[max(0, i - 2):i], units[i + len(want):i + len(want) + 2]
+        if any(u in NEGATIONS and u not in want for u in before) or any(u in _DISOWNING for u in after):
+            return "wrong_answer"
+        if numeric and hedge("".join(before) + " " + "".join(after), before + after):
+            return "hedged"
+    return None
+
+
 def _copies_prompt(content: str, prompt: _Prompt, answer: list[str]) -> bool:
     """Nothing but the prompt's own words. With a reference, the answer may itself be a prompt word
     ("Write train in capital letters": "TRAIN"), so a copy is a reply with no word of its own that
@@ -444,10 +570,9 @@ def guard_reason(parsed: ParsedResponse, constraints: list[dict], reference: str
         return "degenerate"
     seen = _Prompt(prompt, constraints) if prompt and prompt.strip() else None
     if reference is not None and not _translated(reference, constraints):
-        if _PLAIN_NUMBER.fullmatch(reference):
-            reason = _numeric_reason(content, Decimal(reference.replace(",", "").replace("−", "-")), seen)
-        else:
-            reason = _text_reason(content, reference, seen)
+        numeric = _PLAIN_NUMBER.fullmatch(reference) is not None
+        reason = (_numeric_reason(content, Decimal(reference.replace(",", "").replace("−", "-")), seen) if numeric
+                  else _text_reason(content, reference, seen)) or _disowned(content, tokens(_fold(reference)), numeric)
         if reason is None and seen and _copies_prompt(content, seen, tokens(_fold(reference))):
             reason = "copies_prompt"
     else:

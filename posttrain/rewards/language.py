@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-LANGUAGE_VERSION = "language/3"   # reasoning without content (posttrain.rewards.format.substantive) earns 0
+LANGUAGE_VERSION = "language/4"   # reasoning without content (posttrain.rewards.format.substantive, format/4) earns 0
 CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"   # CJK ideographs (a character class body)
 _LATIN_CLASS = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff"
 _CJK = re.compile(f"[{CJK_CLASS}]")

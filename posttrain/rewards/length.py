@@ -26,7 +26,7 @@ from posttrain.rewards.math import verify_math
 
 # Kimi k1.5 length reward; a reply with no answer gets its floor; correct is verify_row's verdict
 # (truncated: wrong) with the prompt's mode kept (no bonus for a degenerate think block)
-LENGTH_VERSION = "length/3"
+LENGTH_VERSION = "length/4"   # substantive reasoning (format/4) against the prompt; generation's stop ids
 OVERLONG_VERSION = "overlong/1"  # DAPO soft overlong punishment
 NO_ANSWER = -0.5   # Kimi's lowest value: what the longest wrong answer of a group gets
 
@@ -112,8 +112,9 @@ def make_length_reward(num_generations: int, warmup_steps: int = 0, stop_ids: fr
             # Correct as evaluation judges it (verify_row: truncated is wrong), and in thinking mode
             # only with reasoning that has content: a short reply's bonus is for thinking less, not
             # for a one-character think block.
-            correct = [verify_row(texts[i], rows[i], truncated=cut[i])[0] == 1.0 and thinks_honestly(texts[i], modes[i])
-                       for i in idx]
+            # The prompt, where the row has it, so the question copied as reasoning earns no bonus.
+            correct = [verify_row(texts[i], rows[i], truncated=cut[i])[0] == 1.0
+                       and thinks_honestly(texts[i], modes[i], prompt_text(rows[i].get("prompt"))) for i in idx]
             for i, r in zip(idx, kimi_length_rewards([lengths[i] for i in idx], correct)):
                 # A reply with no answer at all is not a short honest attempt: the floor, not 0.
                 answered = verify_math(texts[i], rows[i].get("answer", ""), prompt_text(rows[i].get("prompt"))).answer is not None

@@ -128,6 +128,25 @@ def _cjk_unit(text: str) -> None:
 
 
 _UNIT_TEXT_RE = re.compile(r"[A-Za-z]+(?:[\s/\-]+[A-Za-z]+)*")
+_UNIT_WRAP_RE = re.compile(r"\\(?:text|mathrm|mbox|rm|textrm)\s*\{([^{}]*)\}|[{}~]|\\[,;:! ]")
+_UNIT_POWER_RE = re.compile(r"\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])\s*$")
+
+
+def is_unit_text(text: str) -> bool:
+    """Whether text (after a value, outside its box) is nothing but a unit the in-box allowlist drops:
+    `cm`, `square meters`, `\\text{ km}^2`, `个`; never value words (`thousand`), hedges or other words."""
+    text = _UNIT_POWER_RE.sub("", _UNIT_WRAP_RE.sub(lambda m: f" {m.group(1) or ''} ", text)).strip()
+    if not text:
+        return False
+    if CJK_RE.search(text):
+        return re.sub(r"\s+", "", text) in _CJK_UNITS
+    if not _UNIT_TEXT_RE.fullmatch(text):
+        return False
+    try:
+        _unit_suffix(re.split(r"[\s/\-]+", text), {})   # no value words: every word a unit or its modifier
+    except Unparsable:
+        return False
+    return True
 
 
 def _text_unit(m: re.Match) -> str:

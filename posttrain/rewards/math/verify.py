@@ -21,7 +21,7 @@ from posttrain.rewards.math.parse import rational_node
 from posttrain.rewards.math.values import Scalar, parse_value
 from posttrain.rewards.math.worker import prestart_worker
 
-MATH_VERIFIER_VERSION = "math-verifier/4"
+MATH_VERIFIER_VERSION = "math-verifier/5"   # words after the last box that qualify it: `qualified`
 
 # a plain number (the fast path: compared as a Fraction, nothing parsed)
 _SIMPLE_NUM_RE = re.compile(r"^\s*\$?\s*([-+]?)(\d+(?:\.\d+)?|\.\d+)\s*\$?\s*\.?\s*$")
@@ -32,7 +32,7 @@ _OR_RE = re.compile(r"(?<![A-Za-z])or(?![A-Za-z])")
 @dataclass(frozen=True)
 class Verdict:
     reward: float  # 1.0 or 0.0
-    reason: str  # match | mismatch | no_box | think_only | hedged | unevaluated | unparsable_response |
+    reason: str  # match | mismatch | no_box | think_only | hedged | qualified | unevaluated | unparsable_response |
     #              unparsable_gold | too_expensive | timeout | empty_gold
     answer: str | None  # the extracted final answer text (None if none)
 
