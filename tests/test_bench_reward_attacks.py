@@ -1,7 +1,7 @@
 """bench/reward_attacks.py: every attack family runs through evaluation and the stage reward stacks
-and reports what it paid, in the shape the results files take. The counts are not asserted to be 0:
-the verifiers are being hardened. Some of the honest replies every family pairs with its attacks
-must be paid in full, else the family measures nothing."""
+and reports what it paid, in the shape the results files take; a sample of every family pays
+nothing (the full sweep's counts are in bench/results/reward_attacks.md), while every honest reply
+it pairs with its attacks is paid in full, else the family measures nothing."""
 import json
 import random
 import sys
@@ -27,7 +27,8 @@ def _check_family(name: str, family: dict, variants: int) -> None:
     assert family["variants"] == variants == sum(v["n"] for v in family["by_label"].values())
     assert 0 <= family["paid_evaluation"] <= variants and 0 <= family["paid_training"] <= variants
     assert max(family["paid_evaluation"], family["paid_training"]) <= family["paid_either"] <= variants
-    assert 0 < family["honest_ok"] <= variants, f"{name}: no honest reply is paid in full: the family measures nothing"
+    assert family["honest_ok"] == variants, f"{name}: an honest reply is not paid in full"
+    assert family["paid_either"] == 0, (name, family["examples"])
     assert len(family["examples"]) == min(3, family["paid_either"]) and family["wall_s"] >= 0
     for example in family["examples"]:
         assert {"label", "reply", "evaluation", "training", "reference"} <= set(example)
@@ -45,7 +46,7 @@ def test_every_family_makes_seeded_variants_of_its_kinds():
 
 
 def test_the_text_families_report_in_the_results_shape(harness, tmp_path):
-    result = bench.run(VARIANTS, seed=0, families=TEXT, bench=harness)
+    result = bench.run(VARIANTS, seed=7, families=TEXT, bench=harness)   # another seed than the recorded sweep
     assert list(result["families"]) == TEXT and result["variants"] == VARIANTS
     for name, family in result["families"].items():
         _check_family(name, family, VARIANTS)
