@@ -7,8 +7,9 @@ import pytest
 
 from posttrain.chat import assemble_response
 from posttrain.rewards import instruction
+from posttrain.rewards.instruction_guard import degenerate_reason
 from posttrain.rewards.instruction import (
-    INSTRUCTION_VERSION, check_constraint, constraints_from_ifeval, count_words, degenerate_reason, fold_text,
+    INSTRUCTION_VERSION, check_constraint, constraints_from_ifeval, count_words, fold_text,
     instruction_score, parse_constraints, validate_constraints,
 )
 from posttrain.world import tasks

@@ -599,11 +599,3 @@ def instruction_score(response: str, constraints: Any, partial: bool = False, *,
     from posttrain.rewards.instruction_guard import instruction_verdict   # the guard builds on this module
 
     return instruction_verdict(response, constraints, partial, reference=reference, prompt=prompt)[0]
-
-
-def __getattr__(name: str):
-    if name == "degenerate_reason":   # lives with the other guards; read from here by older callers
-        from posttrain.rewards.instruction_guard import degenerate_reason
-
-        return degenerate_reason
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
