@@ -56,7 +56,10 @@ def _cmd_data(args) -> int:
             print(track_user_data(Path(path).absolute(), PROJECT_ROOT))
         return 0
     from posttrain.prepared import load_all, missing_roles
-    from posttrain.sources import overlaps, role_summary
+    from posttrain.decontamination import summary as overlap_summary
+    from posttrain.code_references import data_check_lines
+    from posttrain.code_test_forms import code_notes
+    from posttrain.sources import role_summary
 
     cfg = load_config(args.config)
     loaded = load_all(cfg, require=False)
@@ -69,11 +72,11 @@ def _cmd_data(args) -> int:
         if len(data.shares) > 1:
             for label, share in data.shares.items():
                 print(f"  {'':26} share {share:.1%}  {label}")
-        for note in data.notes:
+        for note in data.notes + code_notes(data.rows):   # code_notes: rows a policy could be paid on unsolved
             print(f"  note: {note}")
-    evals = {k: v.rows for k, v in loaded.items() if k.startswith("eval:")}
-    train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
-    print(f"train/eval overlap: {len(overlaps(train, evals))} rows")
+    print(overlap_summary(loaded, cfg.data.decontamination))   # load_all refused contamination, or dropped it
+    for line in data_check_lines(cfg, every=args.all):   # refuses a row whose reference fails its own tests
+        print(line)
     for missing in missing_roles(cfg):
         print(f"missing: {missing}")
     from posttrain.checkpoint import check_models
@@ -446,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("action", choices=["check", "add"])
     data.add_argument("paths", nargs="*", help="add: files or directories under data/ to track")
     data.add_argument("--config", default=str(PROJECT_ROOT / "configs" / "default.yaml"))
+    data.add_argument("--all", action="store_true", help="check: run the reference solution of every code row "
+                      "read with `tests_from:` (default: a seeded sample of 20 per source)")
     data.set_defaults(func=_cmd_data)
 
     verify = sub.add_parser(

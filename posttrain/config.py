@@ -15,6 +15,7 @@ from posttrain.chat import ChatConfig
 from posttrain.schema import ModelSettings
 from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metrics
 from posttrain.sources import SourceConfig, TaskKind, _as_list
+from posttrain.decontamination import DecontaminationConfig
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
@@ -133,14 +134,16 @@ class DataConfig(Strict):
     non_reasoning: list[SourceConfig] = []         # fusion: non-thinking SFT (direct answers, instructions)
     general_prompts: list[SourceConfig] = []       # general RL: prompts of any kind
     distillation_prompts: list[SourceConfig] = []  # distillation: prompts the teacher answers
+    preferences: list[SourceConfig] = []           # preference pairs (posttrain.preferences); no stage reads them yet
     eval: list[EvalSuiteConfig] = []
+    decontamination: DecontaminationConfig = DecontaminationConfig()   # training rows vs eval items (n-grams)
 
     _one_or_many = field_validator("cold_start", "reasoning_prompts", "rejection_prompts", "thinking",
-                                   "non_reasoning", "general_prompts", "distillation_prompts",
+                                   "non_reasoning", "general_prompts", "distillation_prompts", "preferences",
                                    mode="before")(lambda cls, v: _as_list(v))
 
     def roles(self) -> dict[str, list[SourceConfig]]:
-        return {name: getattr(self, name) for name in type(self).model_fields if name != "eval"}
+        return {name: getattr(self, name) for name in type(self).model_fields if name not in ("eval", "decontamination")}
 
     def suites(self) -> list[EvalSuiteConfig]:
         return [s for suite in self.eval for s in suite.expanded()]

@@ -15,15 +15,17 @@ from posttrain.chat import parse_response
 from posttrain.config import EvalSuiteConfig, PipelineConfig
 from posttrain.dataio import read_jsonl
 from posttrain.generation import Generation, generate_replies, load_generator, release
-from posttrain.metrics import PER_LANGUAGE, suite_metrics
+from posttrain.metrics import IFEVAL_ACCURACIES, PER_LANGUAGE, suite_metrics
 from posttrain.rewards import prompt_text, verify_row
 from posttrain.rewards.format import format_ok, mode_ok, substantive
+from posttrain.rewards.ifeval_reference import ifeval_scores
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult
 
 # Part of the evaluation cache key: bump when a metric's definition changes, so cached verdicts of
 # the old definition are not reused (eval/7: language consistency is the training reward's, 0 for
-# reasoning without content; think-like markers in the answer fail format and mode; `qualified` answers).
-EVAL_VERSION = "eval/7"
+# reasoning without content; think-like markers in the answer fail format and mode; `qualified` answers;
+# eval/8: IFEval suites also report IFEval's own four accuracies).
+EVAL_VERSION = "eval/8"
 
 
 def reasoning_consistency(response: str, language: str, question: str | None = None) -> float:
@@ -87,6 +89,11 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
     metrics = {name: _mean(values) for name, values in per_item.items()}
     if "guard_overrides" in wanted:
         metrics["guard_overrides"] = _mean(overrides)
+    if rows and all("ifeval" in row for row in rows) and set(IFEVAL_ACCURACIES.values()) <= wanted:
+        replies = [[(g.text, g.truncated) for g in gens] for gens in generations]
+        for key, (value, values) in ifeval_scores(rows, replies).items():
+            metrics[IFEVAL_ACCURACIES[key]] = value
+            per_item.update({IFEVAL_ACCURACIES[key]: values} if values is not None else {})
     if "mixed_language" in wanted:
         metrics["mixed_language"] = _mean([float(c < 1.0) for c in with_reasoning])
     metrics.update({name: _mean(values) for name, values in lengths.items() if name in wanted})

@@ -457,10 +457,18 @@ class VLLMEngine:
 
             config = AutoConfig.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
             generation_config = {"eos_token_id": getattr(config, "eos_token_id", None)}
+        from posttrain.trainer_config import vllm_cpu_build
+
+        # On vLLM's CPU build the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (not a share of GPU memory);
+        # eager mode starts in 38 s instead of 50 s with compilation; and a chunked prefill kills the
+        # engine as soon as a request carries a seed (vLLM rewinds the request's generator by an
+        # offset, which a CPU generator does not have: "CPU Generator does not use offset";
+        # bench/results/vllm_cpu.md has the reproduction), so prefills are whole there.
+        cpu = {"enforce_eager": True, "enable_chunked_prefill": False} if vllm_cpu_build() else {}
         llm = vllm.LLM(model=location, tokenizer=location, dtype=_VLLM_DTYPES[settings.dtype], seed=seed,
                        gpu_memory_utilization=engine.vllm_gpu_memory_utilization,
                        tensor_parallel_size=engine.vllm_tensor_parallel_size,
-                       trust_remote_code=settings.trust_remote_code)
+                       trust_remote_code=settings.trust_remote_code, **cpu)
         return cls(llm, vllm.SamplingParams, stop_ids=_stop_ids_of(generation_config.get("eos_token_id"), tokenizer),
                    model_defaults=generation_config, location=location,
                    trust_remote_code=settings.trust_remote_code), tokenizer

@@ -20,6 +20,12 @@ class Metric:
     modes: tuple[str, ...] = ("think", "no_think", "row")
 
 
+# IFEval's own four accuracies (posttrain.rewards.ifeval_reference: the benchmark's checks, no guard
+# layer; loose = its loose reading of a reply), beside `accuracy` (what training pays), on suites
+# whose rows all keep their IFEval ids: (level, reading) -> metric name.
+IFEVAL_ACCURACIES = {(level, reading): f"ifeval_{level}_{reading}"
+                     for level in ("prompt", "instruction") for reading in ("strict", "loose")}
+
 METRICS: tuple[Metric, ...] = (
     Metric("accuracy", "accuracy", True, True),
     Metric("format", "format (one boxed answer, mode's think block)", True, True, kinds=("math",)),
@@ -31,6 +37,8 @@ METRICS: tuple[Metric, ...] = (
     # Replies whose constraints held but that the guard layer refused (generic, off-topic, hedged...):
     # what instruction accuracy would be without the guards, read against it; described, never gated.
     Metric("guard_overrides", "constraints met, refused by a guard", None, False, kinds=("instruction",)),
+    *(Metric(name, f"IFEval {level}-level {reading} accuracy (the benchmark's own checks)", True, level == "prompt",
+             kinds=("instruction",)) for (level, reading), name in IFEVAL_ACCURACIES.items()),
     Metric("len_correct", "tokens, correct answers", None, False, kinds=("math",)),
     Metric("len_wrong", "tokens, wrong answers", None, False, kinds=("math",)),
 )

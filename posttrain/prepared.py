@@ -4,8 +4,9 @@ and written once as content-addressed JSONL files that stages and evaluation rea
 A role's file name carries its content hash, so a stage's cache key (which holds the hashes of
 the roles it reads) changes exactly when one of its inputs does, and never when an evaluation
 suite or another stage's data changes. All checks (every source readable, mapped columns present,
-gold answers parseable, constraints known, no training question in an evaluation suite) run before
-the first file is written: bad data stops the run before any work and leaves nothing half-written.
+gold answers parseable, constraints known, no training question overlapping an evaluation item:
+posttrain.decontamination) run before the first file is written: bad data stops the run before any
+work and leaves nothing half-written. A role no stage reads yet (`preferences`) is prepared too.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from posttrain.config import PipelineConfig
 from posttrain.dataio import DatasetError, dataset_ref, file_md5, write_jsonl
 from posttrain.schema import DatasetRef
-from posttrain.sources import RoleData, load_role, overlaps
+from posttrain.sources import RoleData, load_role
 
 # Which data roles each stage reads.
 STAGE_ROLES = {
@@ -28,6 +29,8 @@ STAGE_ROLES = {
     "general_rl": ("general_prompts",),
     "distillation": ("distillation_prompts",),
 }
+# Roles no stage reads yet, loaded, checked and prepared whenever the config gives them.
+UNCONSUMED_ROLES = ("preferences",)
 
 
 @dataclass
@@ -64,17 +67,19 @@ def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, requ
         raise DatasetError(missing_roles(cfg, stages)[0])
     root = Path(cfg.root)
     wanted = {role for stage, roles in STAGE_ROLES.items() if stages is None or stage in stages for role in roles}
+    wanted |= set(UNCONSUMED_ROLES)
     loaded = {role: load_role(role, sources, root, cfg.seed)
               for role, sources in cfg.data.roles().items() if sources and role in wanted}
     for suite in cfg.data.suites():
         loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed)
     check_stage_rewards(cfg, loaded)
-    evals = {k.removeprefix("eval:"): v.rows for k, v in loaded.items() if k.startswith("eval:")}
-    train = {k: v.rows for k, v in loaded.items() if not k.startswith("eval:")}
-    found = overlaps(train, evals)
-    if found:
-        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-        raise DatasetError("training data contaminates evaluation: " + "; ".join(found[:3]) + more)
+    if "preferences" in loaded:
+        from posttrain.preferences import check_role
+
+        check_role(loaded["preferences"])
+    from posttrain.decontamination import decontaminate
+
+    decontaminate(loaded, cfg.data.decontamination)   # refuses, or drops and counts (data.decontamination)
     return loaded
 
 

@@ -47,7 +47,9 @@ from posttrain.chat import THINK_CLOSE, THINK_OPEN, assemble_response, parse_res
 from posttrain.dataio import DatasetError
 from posttrain.yamlconfig import short
 
-DropReason = Literal["unverifiable_answer", "no_answer", "no_think_block", "unmapped_value"]
+DropReason = Literal["unverifiable_answer", "no_answer", "no_think_block", "unmapped_value",
+                     "identical_pair", "inverted_scores",   # these two: posttrain.preferences
+                     "forgeable_tests", "no_tests"]          # these two: posttrain.code_test_forms
 MapValue = Union[str, int, float, bool, None]   # noqa: UP007 - pydantic reads the union in order
 MARKER_PRESETS = {"open_thoughts": ["<|begin_of_thought|>", "<|end_of_thought|>",
                                     "<|begin_of_solution|>", "<|end_of_solution|>"]}

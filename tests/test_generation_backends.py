@@ -37,10 +37,10 @@ def ids(tokenizer, text: str) -> list[int]:
 ])
 def test_backend_vllm_without_vllm_is_refused_at_load(tmp_path, where, yaml):
     message = config_error(tmp_path, f"name: t\n{yaml}\n")
-    assert where in message and "pip install -e '.[gpu]'" in message, message
+    assert where in message and "scripts/install.py --engines gpu" in message, message
 
 
-def test_backend_vllm_on_a_cpu_only_torch_is_refused_at_load(tmp_path, monkeypatch):
+def test_vllms_gpu_build_on_a_cpu_only_torch_is_refused_at_load_and_its_cpu_build_is_not(tmp_path, monkeypatch):
     import torch
 
     from posttrain import trainer_config
@@ -48,8 +48,12 @@ def test_backend_vllm_on_a_cpu_only_torch_is_refused_at_load(tmp_path, monkeypat
     monkeypatch.setattr(trainer_config, "_installed", lambda module: True)
     if torch.version.cuda is not None:
         pytest.skip("this torch is a CUDA build")
+    monkeypatch.setattr(trainer_config, "vllm_cpu_build", lambda: False)
     message = config_error(tmp_path, "name: t\nstages:\n  rejection_sampling: {backend: vllm}\n")
     assert "stages.rejection_sampling.backend" in message and "CPU-only" in message, message
+    assert "--engines cpu" in message, message
+    monkeypatch.setattr(trainer_config, "vllm_cpu_build", lambda: True)
+    assert trainer_config.vllm_unavailable() is None
 
 
 def test_unknown_backend_is_refused(tmp_path):

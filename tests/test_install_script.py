@@ -32,3 +32,33 @@ def test_pip_config_list_is_read_a_variable_over_a_file(monkeypatch):
         stdout = ":env:.find-links='/from-env'\nglobal.find-links='/from-file'\nglobal.extra-index-url='file:///x y'\nnoise\n"
     monkeypatch.setattr(install.subprocess, "run", lambda *a, **k: Done())
     assert install.pip_settings() == {"find-links": "/from-env", "extra-index-url": "file:///x y"}
+
+
+def test_the_engine_override_keeps_prefects_fastapi_range():
+    """The override replaces every fastapi requirement: it must be exactly the range Prefect needs,
+    or installing the engines would move fastapi under the orchestrator."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+
+    prefect_fastapi = next(Requirement(r) for r in metadata.requires("prefect") if Requirement(r).name == "fastapi")
+    lines = [line for line in (install.ENGINES / "overrides.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    overrides = {Requirement(line).name: Requirement(line) for line in lines}
+    assert overrides["fastapi"].specifier == prefect_fastapi.specifier
+
+
+def test_engine_extras_are_installed_with_the_override_and_on_cpu_without_cuda_vision(monkeypatch):
+    calls = []
+    monkeypatch.setattr(install.subprocess, "run", lambda cmd, **k: calls.append((cmd, k)) or type("R", (), {"returncode": 0, "stdout": ""})())
+    assert install.main(["--engines", "cpu"]) == 0
+    command = calls[-1][0]
+    assert command[command.index("--overrides") + 1].endswith("overrides.txt")
+    assert command[command.index("--excludes") + 1].endswith("excludes-cpu.txt")
+    assert command[-1].endswith("[cpu-engines]")
+    assert install.main(["--engines", "gpu", "--dry-run", "--public-index"]) == 0
+    command, options = calls[-1]
+    assert "--excludes" not in command and command[-1].endswith("[gpu]") and "--dry-run" in command
+    assert options["env"]["UV_DEFAULT_INDEX"] == install.PUBLIC_INDEX
+    assert not any(k.startswith("PIP_") and k != "PIP_CONFIG_FILE" for k in options["env"])
+    assert install.main(["--engines", "tpu"]) == 2

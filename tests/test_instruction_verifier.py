@@ -211,7 +211,7 @@ def test_a_malformed_constraint_string_is_zero_reward_not_a_crash():
 
 
 def test_version_marks_the_new_semantics():
-    assert INSTRUCTION_VERSION == "instruction/5"
+    assert INSTRUCTION_VERSION == "instruction/6"
 
 
 # ---------------------------------------------------------------- the IFEval / Tulu-3 form
@@ -226,8 +226,8 @@ def test_ifeval_ids_map_to_our_constraints():
     assert constraints_from_ifeval(ids, kwargs) == [
         {"type": "no_comma"}, {"type": "max_words", "value": 49},
         {"type": "forbidden_words", "words": ["sun", "moon"]},
-        {"type": "lowercase"}, {"type": "language", "language": "en"}, {"type": "json"},
-        {"type": "ends_with", "value": "Is there anything else?"}, {"type": "language", "language": "en"},
+        {"type": "lowercase"}, {"type": "language", "language": "en", "detect": True}, {"type": "json"},
+        {"type": "ends_with", "value": "Is there anything else?"}, {"type": "language", "language": "en", "detect": True},
         {"type": "min_words", "value": 3}]
 
 
@@ -241,9 +241,9 @@ def test_ifeval_rows_are_scored_through_parse_constraints():
 
 
 @pytest.mark.parametrize("ids,kwargs,named", [
-    (["detectable_format:title"], [{}], "detectable_format:title"),
-    (["keywords:existence"], [{"keywords": ["a"]}], "keywords:existence"),
-    (["language:response_language"], [{"language": "fr"}], "language:response_language"),
+    (["detectable_format:rephrase"], [{}], "detectable_format:rephrase"),   # not among IFEval's 25
+    (["keywords:existence"], [{"keywords": []}], "keywords:existence"),
+    (["language:response_language"], [{"language": "xx"}], "language:response_language"),
     (["length_constraints:number_words"], [{"relation": "around", "num_words": 5}], "number_words"),
     (["length_constraints:number_words"], [{"relation": "less than", "num_words": 1}], "max_words"),
     (["keywords:forbidden_words"], [{"forbidden_words": []}], "forbidden_words"),

@@ -27,7 +27,7 @@ from posttrain.trainer_config import LauncherConfig
     ("cold_start_sft", "{num_processes: 2}", "needs kind accelerate or torchrun"),
     ("cold_start_sft", "{config_file: configs/accelerate/fsdp.yaml}", "(FSDP) is started by accelerate launch"),
     ("general_rl", "{kind: accelerate, config_file: configs/accelerate/zero3.yaml, num_processes: 2}",
-     "pip install -e '.[gpu]'"),
+     "scripts/install.py --engines gpu"),
     ("general_rl", "{kind: accelerate, config_file: configs/accelerate/nowhere.yaml}", "does not exist"),
     ("mode_fusion_sft", "{kind: torchrun, num_processes: 2}", "writes its dataset to the data store"),
     ("cold_start_sft", "{kind: accelerate, config_file: MULTI_CPU_CONFIG, num_processes: 2}", "use kind torchrun"),

@@ -2,10 +2,14 @@
 through the config alone: each test writes the YAML a user writes, loads it the way `posttrain data
 check` does (prepared.load_all), and checks the rows: gold answers a known-correct reply verifies
 and a wrong one does not (`verify_row`), SFT replies with their think block, dropped rows counted."""
+import ast
+import json
+
 import pytest
 
 import published_shapes as shapes
 from posttrain.chat import assemble_response, parse_response
+from posttrain.dataio import DatasetError
 from posttrain.rewards import verify_row
 
 
@@ -177,18 +181,136 @@ data:
     assert [r["thinking"] for r in rows] == [False, False] and rows[0]["id"] == "QWJhYvA_0"
 
 
-def test_verifiable_coding_tests_come_from_json_text_by_a_dotted_path(tmp_path):
+def _code(code: str) -> str:
+    return f"<think>\nWriting it.\n</think>\n\n```python\n{code}\n```"
+
+
+def _judges(row: dict, reference: str, wrong: str, forgeries: list[str]) -> None:
+    """The reference solution is paid, a wrong program and every forgery earn 0 (code_judge)."""
+    assert verify_row(_code(reference), row) == (1.0, "tests_passed"), row["tests"]
+    assert verify_row(_code(wrong), row)[0] == 0.0
+    for forged in forgeries:
+        assert verify_row(_code(forged), row)[0] == 0.0, forged
+
+
+# What a reward-seeking reply writes instead of solving: an object that equals anything, an exit
+# before the call returns, the shown answer printed or returned whatever the input.
+EQUALS_ANYTHING = ("class R(str):\n    __hash__ = str.__hash__\n    def __eq__(self, o):\n        return True\n"
+                   "def {name}(*a, **k):\n    return R()\n")
+EXITS_EARLY = "import os\ndef {name}(*a, **k):\n    os._exit(0)\n"
+PRINTS = "def {name}(*a, **k):\n    print({shown!r})\n    return {shown!r}\n"
+
+
+def test_verifiable_coding_tests_come_from_verification_info_stdin_and_function_call_alike(tmp_path):
     path = shapes.write_verifiable_coding(tmp_path / "data").relative_to(tmp_path)
     loaded = _load(tmp_path, f"""
 data:
   general_prompts:
-    - {{path: {path}, kind: code, columns: {{verification_info.test_cases: tests}}}}
+    - {{path: {path}, tests_from: {{format: verifiable_coding}}}}
 stages:
   general_rl: {{rewards: {{code: 1.0}}}}
 """)
-    (row,) = loaded["general_prompts"].rows
-    assert [(t["input"], t["output"]) for t in row["tests"]] == [("3\n1 2 3\n", "6\n"), ("1\n-4\n", "-4\n")]
-    assert row["prompt"][0]["content"].startswith("Read n")
+    stdin, calls = loaded["general_prompts"].rows
+    assert [(t["input"], t["output"]) for t in stdin["tests"]] == [("3\n1 2 3\n", "6\n"), ("1\n-4\n", "-4\n")]
+    assert stdin["prompt"][0]["content"].startswith("Read n")
+    assert [(t["call"], t["expected"]) for t in calls["tests"]] == [("digits_sum(123)", "6"), ("digits_sum(0)", "0"),
+                                                                    ("digits_sum(9875)", "29")]
+    _judges(stdin, "n = int(input())\nprint(sum(map(int, input().split())))", "print(6)", ["print('6')"])
+    _judges(calls, "def digits_sum(n):\n    return sum(map(int, str(n)))", "def digits_sum(n):\n    return n % 9",
+            [EQUALS_ANYTHING.format(name="digits_sum"), EXITS_EARLY.format(name="digits_sum")])
+    # the test cases mapped as they are: a function_call case would run as a stdin program
+    with pytest.raises(DatasetError, match=r"row 1: column 'tests' item 0: a function_call case .*tests_from"):
+        _load(tmp_path, f"data:\n  general_prompts: [{{path: {path}, kind: code, "
+                        "columns: {verification_info.test_cases: tests}}]\n"
+                        "stages:\n  general_rl: {rewards: {code: 1.0}}\n")
+
+
+def test_mbpp_asserts_become_calls_with_their_setup_and_the_first_test_shown(tmp_path):
+    path = shapes.write_mbpp(tmp_path / "data").relative_to(tmp_path)
+    loaded = _load(tmp_path, f"""
+data:
+  general_prompts:
+    - {{path: {path}, columns: {{text: prompt}}, tests_from: {{format: mbpp}}, drop: [forgeable_tests]}}
+stages:
+  general_rl: {{rewards: {{code: 1.0}}}}
+""")
+    role = loaded["general_prompts"]
+    assert role.dropped == {"forgeable_tests": 1}   # `assert pick_between(1, 5) in range(1, 6)`
+    for row, source, name in zip(role.rows, shapes.MBPP, ["remove_Occ", "similar_elements", "volume_sphere"]):
+        assert row["kind"] == "code" and row["prompt"][0]["content"].endswith(source["test_list"][0])
+        assert [t.get("hidden", False) for t in row["tests"]][:2] == [False, True]
+        shown = row["tests"][0]["expected"]
+        _judges(row, source["code"], "def remove_Occ(s, ch):\n    return s\ndef similar_elements(a, b):\n"
+                "    return a\ndef volume_sphere(r):\n    return r ** 3", [
+                    EQUALS_ANYTHING.format(name=name), EXITS_EARLY.format(name=name),
+                    PRINTS.format(name=name, shown=ast.literal_eval(shown))])
+    remove, shared, sphere = role.rows
+    assert [t["call"] for t in remove["tests"]][-2:] == ["remove_Occ('hellolloll', 'l')", "remove_Occ('', 'l')"]
+    assert shared["tests"][0] == {"call": "set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10)))", "expected": "{4, 5}"}
+    assert sphere["tests"][0] == {"call": "volume_sphere(10)", "expected": "4188.790204786391", "rel_tol": 0.001,
+                                  "setup": "import math"}
+
+
+def test_humaneval_check_becomes_calls_of_the_entry_point_and_evalplus_inputs_too(tmp_path):
+    plain, plus = (p.relative_to(tmp_path) for p in shapes.write_humaneval(tmp_path / "data"))
+    loaded = _load(tmp_path, f"""
+data:
+  general_prompts:
+    - {{path: {plain}, tests_from: {{format: humaneval}}, forgeable_tests: run_in_child}}
+    - {{path: {plus}, tests_from: {{format: humaneval}}}}
+stages:
+  general_rl: {{rewards: {{code: 1.0}}}}
+""")
+    role = loaded["general_prompts"]
+    close, truncate, shift, truncate_plus = role.rows
+    assert close["prompt"][0]["content"].startswith("Complete the following Python function.")
+    assert close["tests"][0]["call"] == "has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3)"
+    assert truncate["tests"][1]["abs_tol"] == 1e-6 and "hidden" not in truncate["tests"][0]  # the docstring's example
+    assert len(truncate_plus["tests"]) == 4 and truncate_plus["tests"][1]["expected"] == "0.33000000000000007"
+    assert [("assert" in t) for t in shift["tests"]] == [True]   # a loop over random inputs: run as a whole
+    assert any("1 of 3 code rows hold forgeable tests" in n for n in role.notes)
+    # a whole function is judged with the prompt run first (its `from typing import List`); a reply that
+    # only continues the body defines nothing
+    whole = ("def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+             "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])")
+    assert verify_row(_code(whole), close) == (1.0, "tests_passed")
+    assert verify_row(_code(shapes.HUMANEVAL[0]["canonical_solution"]), close)[0] == 0.0
+    for row, source in zip(role.rows, shapes.HUMANEVAL + shapes.HUMANEVAL_PLUS):
+        name = source["entry_point"]
+        # the reference as a reply writes it: the whole function, the prompt's imports and helpers given
+        _judges(row, source["prompt"] + source["canonical_solution"], f"def {name}(*a):\n    return a[0]",
+                [] if "assert" in row["tests"][0] else [EQUALS_ANYTHING.format(name=name),
+                                                        EXITS_EARLY.format(name=name)])
+
+
+def test_taco_input_output_gives_stdin_tests_and_calls_of_fn_name(tmp_path):
+    path = shapes.write_taco(tmp_path / "data").relative_to(tmp_path)
+    loaded = _load(tmp_path, f"""
+data:
+  general_prompts:
+    - path: {path}
+      columns: {{question: prompt}}
+      values: {{difficulty: {{EASY: 1, MEDIUM: 2, MEDIUM_HARD: 3, HARD: 4, VERY_HARD: 5}}}}
+      tests_from: {{format: apps}}
+stages:
+  general_rl: {{rewards: {{code: 1.0}}}}
+""")
+    stdin, codewars, leetcode = loaded["general_prompts"].rows
+    assert [r["difficulty"] for r in (stdin, codewars, leetcode)] == [1, 1, 2]
+    assert [t.get("hidden", False) for t in stdin["tests"]] == [False, True, True]   # the statement's example
+    assert codewars["tests"][0]["call"] == "square_sum([1, 2])" and codewars["tests"][0]["also"] == ["[5]"]
+    assert leetcode["tests"][0]["call"].startswith("Solution().maxSubArray(")
+    assert "def square_sum(numbers):" in codewars["prompt"][0]["content"]
+    for row, source in zip((stdin, codewars, leetcode), shapes.TACO):
+        reference = json.loads(source["solutions"])[0]
+        if row is stdin:
+            _judges(row, reference, "print(3)", ["print('3')", "import os\nos._exit(0)"])
+        else:
+            name = json.loads(source["input_output"])["fn_name"]
+            wrapped = f"class Solution:\n    def {name}(self, *a):\n        return {name}(*a)\n" \
+                if row is leetcode else ""
+            _judges(row, reference, wrapped + f"def {name}(*a):\n    return 5",
+                    [wrapped + EQUALS_ANYTHING.format(name=name), wrapped + EXITS_EARLY.format(name=name)])
 
 
 def test_nemotron_reasoning_on_off_is_mapped_to_the_mode(tmp_path):

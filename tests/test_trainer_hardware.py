@@ -22,7 +22,7 @@ def everything_installed(monkeypatch):
 
 
 @pytest.mark.parametrize("stage, settings, line, words", [
-    ("reasoning_rl", "use_vllm: true", 4, "pip install -e '.[gpu]'"),
+    ("reasoning_rl", "use_vllm: true", 4, "scripts/install.py --engines gpu"),
     ("general_rl", "bf16: true\n      fp16: true", 4, "bf16 and fp16 are both on"),
     ("cold_start_sft", "optim: adamw_bogus", 4, "unknown optimizer 'adamw_bogus'"),
     ("reasoning_rl", "steps_per_generation: 2\n      generation_batch_size: 64", 4, "both set"),

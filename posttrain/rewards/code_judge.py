@@ -9,6 +9,9 @@ Test cases. A row's `tests` is a list of cases, each {"input", "output"} (stdin/
 out: the prompt may show only the others (`visible_tests`), while the reward judges every case, so a
 program that special-cases the shown tests fails the held-out ones. Without held-out tests
 (`has_hidden_tests` False) special-casing the shown tests earns full reward; data checks say so.
+A case may also carry the data set's own code run around the candidate's ("prelude", "setup"),
+ask for a tolerance or alternatives in the comparison, or be a forgeable assert program, accepted
+only where a source opts in: code_cases.py.
 
 Call results. The child evaluates the call and writes its value as one record on a pipe of its
 own: a length line, then "=" and the value in a tagged token form that only plain literals have
@@ -50,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
+from posttrain.rewards import code_cases
 from posttrain.rewards.code_sandbox import (
     ChildRun, SandboxLimits, how_to_isolate, run_in_sandbox, sandbox_isolation, unisolated_allowed,
 )
@@ -232,8 +236,9 @@ def _judge_call(run: ChildRun, test: dict) -> tuple[bool, str]:
             return False, "runtime_error: no result"
         return False, f"wrong_answer: {test['call'][:80]} -> <{str(got)[:80]}>"
     _, expected = _expected(test)
+    also = [_expected({"expected": v})[1] for v in test.get("also", [])]
     try:
-        same = bool(got == expected)  # builtin values on both sides: no candidate code runs here
+        same = code_cases.matches(got, expected, test, also)  # builtin values on both sides: no candidate code runs
     except (RecursionError, MemoryError):
         same = False
     if same:
@@ -268,6 +273,9 @@ def _judge(run: ChildRun, test: dict, limits: SandboxLimits) -> tuple[bool, str]
         return False, "runtime_error: " + tail[:200]
     if "call" in test:
         return _judge_call(run, test)
+    if "assert" in test:  # a forgeable assert program (code_cases): it ran to its end
+        ok, got = decode_result(run.result)
+        return (True, "pass") if ok and got is True else (False, "wrong_answer: the assert program did not finish")
     got, expected = run.stdout.decode("utf-8", "replace").strip(), str(test["output"]).strip()
     ok = got == expected
     return ok, "pass" if ok else f"wrong_answer: got {got[:80]!r}, expected {expected[:80]!r}"
@@ -275,11 +283,15 @@ def _judge(run: ChildRun, test: dict, limits: SandboxLimits) -> tuple[bool, str]
 
 def test_problem(test) -> str | None:
     """Why `test` is not a usable case, or None: it needs input/output, or a call expression and
-    the literal it must equal; `hidden`, where present, is a boolean."""
+    the literal it must equal; `hidden`, where present, is a boolean; the optional parts and the
+    forgeable assert case are code_cases.py's."""
     if not isinstance(test, dict):
         return "a test is an object"
     if "hidden" in test and not isinstance(test["hidden"], bool):
         return "'hidden' must be true or false"
+    problem = code_cases.parts_problem(test, lambda v: _expected({"expected": v})[0])
+    if problem or "assert" in test:
+        return problem or code_cases.assert_problem(test)
     if "call" not in test:
         return None if "output" in test else "a test needs input/output or call/expected"
     if not isinstance(test["call"], str) or "expected" not in test:
@@ -358,7 +370,8 @@ def _run_tests(code, tests, mode, limits: SandboxLimits) -> SandboxVerdict:
             reason = f"budget: {limits.total_wall_s}s used before test {i}"
         else:
             deadline = min(now + limits.wall_s, start + limits.total_wall_s)
-            run = run_in_sandbox(isolation, code, test.get("call"), str(test.get("input", "")), limits, deadline)
+            parts = {k: test.get(k) for k in ("prelude", "setup")} | {"script": test.get("assert")}
+            run = run_in_sandbox(isolation, code, test.get("call"), str(test.get("input", "")), limits, deadline, parts)
             ok, reason = _judge(run, test, limits)
             if ok:
                 passed += 1

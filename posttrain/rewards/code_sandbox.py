@@ -65,7 +65,7 @@ from typing import Literal
 from posttrain.rewards.sandbox_child import CHILD_PROGRAM
 from posttrain.rewards.sandbox_seccomp import build_seccomp
 
-SANDBOX_VERSION = "code-sandbox/3"
+SANDBOX_VERSION = "code-sandbox/4"
 ISOLATED_MODES = ("bwrap", "namespaces")  # best first
 _UID_RANGE = (1_000_000, 2_000_000_000)  # far above any real account
 
@@ -241,7 +241,7 @@ class ChildRun:
 
 
 def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_text: str,
-               limits: SandboxLimits, deadline: float) -> ChildRun:
+               limits: SandboxLimits, deadline: float, parts: dict | None = None) -> ChildRun:
     as_root = os.geteuid() == 0
     uid = _private_uid() if mode == "namespaces" or (mode == "bwrap" and as_root) else None
     seccomp = _seccomp_program() if mode in ISOLATED_MODES else None
@@ -251,6 +251,7 @@ def _run_child(mode: str, root: str | None, code: str, call: str | None, stdin_t
     info_r, info_w = os.pipe() if mode in ISOLATED_MODES else (None, None)
     cfg = {
         "mode": mode, "root": root, "binds": _binds(), "uid": uid, "code": code, "call": call,
+        **{k: (parts or {}).get(k) for k in ("prelude", "setup", "script")},
         "result_fd": res_w, "info_fd": info_w, "cpu": max(1, int(limits.cpu_s + 0.999)),
         "mem": int(limits.memory_bytes),
         "fsize": int(limits.file_bytes), "nofile": int(limits.max_open_files),
@@ -392,13 +393,15 @@ def _stop(proc: subprocess.Popen, init_fd: int | None) -> None:
 
 
 def run_in_sandbox(isolation: str, code: str, call: str | None, stdin_text: str, limits: SandboxLimits,
-                   deadline: float) -> ChildRun:
+                   deadline: float, parts: dict | None = None) -> ChildRun:
     """Run `code` once in a fresh child confined by `isolation` (a mode, or "none"), with its own scratch
     root, removed afterwards; `call` is evaluated after it and its value comes back as a record in
-    `ChildRun.result` (code_judge.decode_result reads it)."""
+    `ChildRun.result` (code_judge.decode_result reads it). `parts`: a test's own code, in the same
+    namespace: "prelude" before the candidate, "setup" after it (before the call), "script" (an
+    assert program, run instead of a call; True is recorded when it finishes)."""
     root = None if isolation == "bwrap" else _make_root(isolation)
     try:
-        return _run_child(isolation, root, code, call, stdin_text, limits, deadline)
+        return _run_child(isolation, root, code, call, stdin_text, limits, deadline, parts)
     finally:
         if root:
             shutil.rmtree(root, ignore_errors=True)

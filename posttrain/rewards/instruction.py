@@ -32,7 +32,7 @@ from opencc import OpenCC
 from posttrain.chat import parse_response
 from posttrain.rewards.language import CJK_CLASS, language_share
 
-INSTRUCTION_VERSION = "instruction/5"   # glued runs, prose-only minimums, negated answers, repeated JSON keys
+INSTRUCTION_VERSION = "instruction/6"   # all 25 IFEval ids (ifeval_checks), a closing quote ends a reply
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure
@@ -299,7 +299,7 @@ def _json(answer: str, c: dict) -> bool:
     return True
 
 
-_END_PUNCTUATION = ".。!！"
+_END_PUNCTUATION = ".。!！\"”"   # and closing quotes: a quoted reply ends with its last word
 
 
 def _strip_end(text: str) -> str:
@@ -580,12 +580,18 @@ def constraints_from_ifeval(instruction_id_list: Any, kwargs: Any) -> list[dict]
 
 # ---------------------------------------------------------------- the reward
 
+# type -> the reply without the text the constraint dictates at its start or end, None if it has none there
+DICTATED_SPLITS: dict[str, Callable[[str, dict], str | None]] = {
+    "starts_with": lambda answer, c: _split_start(answer, c["value"]),
+    "ends_with": lambda answer, c: _split_end(answer, c["value"])}
+
+
 def _content(answer: str, constraints: list[dict]) -> str:
     """The reply without the words its constraints dictate: a required opening or closing word is
     format, not content ("done" alone does not answer a task that must end with "done")."""
     for c in constraints:
-        split = {"starts_with": _split_start, "ends_with": _split_end}.get(c["type"])
-        while split and (rest := split(answer, c["value"])) is not None and rest != answer:
+        split = DICTATED_SPLITS.get(c["type"])
+        while split and (rest := split(answer, c)) is not None and rest != answer:
             answer = rest   # every copy: "done done" is the closing word twice, still no content
     return answer
 
@@ -599,3 +605,10 @@ def instruction_score(response: str, constraints: Any, partial: bool = False, *,
     from posttrain.rewards.instruction_guard import instruction_verdict   # the guard builds on this module
 
     return instruction_verdict(response, constraints, partial, reference=reference, prompt=prompt)[0]
+
+
+# The rest of IFEval's instructions (posttrain.rewards.ifeval_checks) join the tables above.
+from posttrain.rewards import ifeval_checks  # noqa: E402 - it builds on the helpers above
+
+ifeval_checks.register(CONSTRAINT_CHECKS, _PARAMETERS, IFEVAL_IDS, DICTATED_SPLITS)
+KNOWN_TYPES = ("no_thinking", *CONSTRAINT_CHECKS)

@@ -495,7 +495,7 @@ def _translated(reference: str, constraints: list[dict]) -> bool:
     """A language constraint asks for another script than the reference is written in."""
     for c in constraints:
         if c["type"] == "language":
-            share = language_share(reference, c["language"])
+            share = language_share(reference, c["language"]) if c["language"] in ("en", "zh") else 0.0
             if share is not None and share < 0.5:
                 return True
     return False
@@ -576,7 +576,7 @@ def guard_reason(parsed: ParsedResponse, constraints: list[dict], reference: str
         if reason is None and seen and _copies_prompt(content, seen, tokens(_fold(reference))):
             reason = "copies_prompt"
     else:
-        reason = _engagement_reason(content, seen, topical=reference is None)
+        reason = _engagement_reason(content, seen, topical=reference is None and not _translated(prompt or "", constraints))
     return reason or ("vacuous" if _vacuous(content, constraints, reference) else None)
 
 

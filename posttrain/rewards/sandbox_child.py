@@ -1,7 +1,8 @@
 """The program a sandboxed child interpreter runs ahead of the candidate's code: the namespaces
 mode's namespaces, mounts and chroot, the switch to a private uid, rlimits, the seccomp filter
-(namespaces mode; bwrap installs it itself), the audit hook; then the candidate and, for a call
-test, the record of its result (format in code_judge.py, which decodes it).  code_sandbox.py starts
+(namespaces mode; bwrap installs it itself), the audit hook; then the test's prelude, the candidate,
+the test's setup and, for a call test, the record of its result (format in code_judge.py, which
+decodes it; an assert program records True once it finishes).  code_sandbox.py starts
 it; code_judge.py reads its exit codes."""
 from __future__ import annotations
 
@@ -239,12 +240,20 @@ def _main(cfg):
     work = os.path.realpath(os.getcwd())
     readable = tuple(sorted({os.path.realpath(p) for p in sys.path if p}))
     code, call, audit, result_fd = cfg["code"], cfg["call"], cfg["audit"], cfg["result_fd"]
+    prelude, setup, script = cfg.get("prelude"), cfg.get("setup"), cfg.get("script")
     cfg.clear()
-    report = _reporter(result_fd) if call is not None else None
+    report = _reporter(result_fd) if call is not None or script is not None else None
     if audit:
         sys.addaudithook(_hook_for(work, readable))
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    if prelude:  # the test's code the candidate builds on (HumanEval's prompt: imports, helpers)
+        exec(compile(prelude, "<prelude>", "exec"), namespace)
     exec(compile(code, "<solution>", "exec"), namespace)
+    if setup:  # the test's code its call uses (MBPP's test_setup_code and test_imports)
+        exec(compile(setup, "<setup>", "exec"), namespace)
+    if script is not None:  # a forgeable assert program: it finished
+        exec(compile(script, "<test>", "exec"), namespace)
+        report(True)
     if call is not None:
         report(eval(compile(call, "<call>", "eval"), namespace))
 

@@ -1,0 +1,187 @@
+"""vLLM's engine executed, on its CPU build: `backend: vllm` writes what the hf loop writes.
+
+These tests run where the engines extra is installed (`python scripts/install.py --engines cpu`,
+CI's engine step); without vLLM they skip. One engine serves the module (an engine start costs
+~40 s on these CPUs). The model is a tiny Qwen3 trained here for a few seconds on sums written in
+the chat format, so that its replies have structure (think block, boxed answer, an end).
+
+Equivalence, as issue 28 states it: greedy, >= 95% of replies token-identical to the hf loop's, and
+where one diverges the hf loop's top-2 logit gap at that token is a near-tie (< 1e-3); sampled, the
+mean of a reward over >= 512 samples per engine, paired by prompt, differs by a 95% interval
+inside +-0.03.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed: python scripts/install.py --engines cpu")
+pytestmark = pytest.mark.engines
+
+from posttrain.chat import ChatConfig  # noqa: E402
+from posttrain.generation import ThinkingBudget, VLLMEngine, generate, generate_replies  # noqa: E402
+from tests.userdata import _problems, build_model, build_tokenizer  # noqa: E402
+
+CHAT = ChatConfig(thinking_switch="template_kwarg")
+
+
+def _train(directory, tokenizer, steps: int = 300) -> None:
+    """A few hundred AdamW steps on chat-formatted sums: enough for replies that end."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.train()
+    texts = []
+    for question, answer in _problems(1, 400, 0, 49):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                               add_generation_prompt=True, enable_thinking=True)
+        texts.append(f"{prompt}<think>\nadd them: {answer}\n</think>\n\nThe answer is \\boxed{{{answer}}}.<|im_end|>")
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = tokenizer(rng.sample(texts, 16), return_tensors="pt", padding=True, add_special_tokens=False)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("engine_model")
+    tokenizer = build_tokenizer(directory)
+    build_model(directory, tokenizer, hidden=64, layers=2, seed=0)
+    _train(directory, tokenizer)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hf(checkpoint):
+    from posttrain.checkpoint import load_checkpoint
+
+    model, tokenizer = load_checkpoint(checkpoint, for_training=False)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint):
+    from posttrain.config import EvaluationConfig
+    from posttrain.schema import ModelSettings
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    settings = ModelSettings(chat=CHAT)
+    loaded, _ = VLLMEngine.load(checkpoint, settings, EvaluationConfig(backend="vllm"), seed=0)
+    yield loaded
+    loaded.close()
+
+
+def _prompts(tokenizer, n: int, seed: int) -> list[str]:
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                          add_generation_prompt=True, enable_thinking=True)
+            for q, _ in _problems(seed, n, 0, 99)]
+
+
+def _top2_gap(model, tokenizer, prompt: str, prefix: list[int]) -> float:
+    import torch
+
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] + prefix
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, -1]
+    top = torch.topk(logits.float(), 2).values
+    return float(top[0] - top[1])
+
+
+def test_greedy_replies_are_the_hf_loops_token_for_token_but_at_near_ties(hf, engine):
+    model, tokenizer = hf
+    prompts = _prompts(tokenizer, 96, seed=11)
+    ours = generate(model, tokenizer, prompts, max_new_tokens=48)
+    theirs = generate(engine, tokenizer, prompts, max_new_tokens=48)
+    identical, divergences = 0, []
+    for prompt, (a,), (b,) in zip(prompts, ours, theirs, strict=True):
+        a_ids = tokenizer(a.text, add_special_tokens=False)["input_ids"]
+        b_ids = tokenizer(b.text, add_special_tokens=False)["input_ids"]
+        if (a.text, a.num_tokens, a.truncated) == (b.text, b.num_tokens, b.truncated):
+            identical += 1
+            continue
+        at = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), min(len(a_ids), len(b_ids)))
+        divergences.append(_top2_gap(model, tokenizer, prompt, a_ids[:at]))
+    assert any("\\boxed{" in g.text for (g,) in ours), "the trained model writes no answer: the case tests nothing"
+    assert identical / len(prompts) >= 0.95, (identical, divergences)
+    assert all(gap < 1e-3 for gap in divergences), divergences
+
+
+def _reward(text: str, answer: int) -> float:
+    """The boxed answer's closeness to the sum, in [0, 1]: graded, so that the mean moves with the
+    sampling distribution and not only with rare exact hits."""
+    import re
+
+    found = re.findall(r"\\boxed\{(-?\d+)\}", text)
+    if not found:
+        return 0.0
+    return max(0.0, 1.0 - abs(int(found[-1]) - answer) / 50)
+
+
+def test_sampled_replies_draw_from_the_hf_loops_distribution(hf, engine):
+    model, tokenizer = hf
+    problems = _problems(23, 128, 0, 99)
+    prompts = _prompts(tokenizer, 128, seed=23)
+    options = dict(max_new_tokens=40, do_sample=True, temperature=1.0, top_p=0.95, num_samples=8, seed=3)
+    ours = generate(model, tokenizer, prompts, **options)
+    theirs = generate(engine, tokenizer, prompts, **options)
+    differences = []
+    for (_, answer), a, b in zip(problems, ours, theirs, strict=True):
+        differences.append(statistics.mean(_reward(g.text, answer) for g in b)
+                           - statistics.mean(_reward(g.text, answer) for g in a))
+    mean = statistics.mean(differences)
+    half_width = 1.96 * statistics.stdev(differences) / math.sqrt(len(differences))
+    samples = sum(len(a) for a in ours)
+    assert samples >= 512
+    assert statistics.mean(_reward(g.text, answer) for (_, answer), a in zip(problems, ours) for g in a) > 0.2, \
+        "the model earns nearly nothing: the comparison tests nothing"
+    assert -0.03 <= mean - half_width and mean + half_width <= 0.03, (mean, half_width)
+
+
+def test_the_thinking_budget_on_the_engine_writes_what_the_hf_loop_writes(hf, engine):
+    """Greedy with a budget: the engine's rounds (stop at the markers, insert the sentence, answer)
+    and the hf loop's forced tokens give the same replies."""
+    model, tokenizer = hf
+    prompts = _prompts(tokenizer, 32, seed=5)
+    for tokens in (0, 3):
+        budget = ThinkingBudget(tokens=tokens, sentence="stop now.")
+        ours = generate(model, tokenizer, prompts, max_new_tokens=40, thinking_budget=budget)
+        theirs = generate(engine, tokenizer, prompts, max_new_tokens=40, thinking_budget=budget)
+        same = sum(a == b for (a,), (b,) in zip(ours, theirs))
+        assert same / len(prompts) >= 0.95, (tokens, same)
+        assert sum(g.budget_cut for (g,) in theirs) >= len(prompts) // 2, "the budget cut nothing"
+
+
+def test_rejection_samplings_call_is_reproducible_and_draws_distinct_samples(hf, engine):
+    """The call rejection sampling and sampled suites make: k samples per prompt, each its own seed,
+    the same replies from the same seed."""
+    _, tokenizer = hf
+    requests = [([{"role": "user", "content": q}], True) for q, _ in _problems(7, 6, 0, 99)]
+    options = dict(max_new_tokens=40, do_sample=True, temperature=1.0, num_samples=4)
+    first = generate_replies(engine, tokenizer, CHAT, requests, seed=1, **options)
+    assert first == generate_replies(engine, tokenizer, CHAT, requests, seed=1, **options)
+    assert first != generate_replies(engine, tokenizer, CHAT, requests, seed=2, **options)
+    assert all(g.thinking is True for samples in first for g in samples)
+    assert sum(len({g.text for g in samples}) > 1 for samples in first) >= 4
+
+
+def test_seeded_samples_of_a_batch_larger_than_one_engine_step(hf, engine):
+    """More prompt tokens than one engine step takes: on vLLM's CPU build a chunked prefill of a
+    seeded request killed the engine ("CPU Generator does not use offset"); prefills are whole there."""
+    _, tokenizer = hf
+    long_question = " ".join(q for q, _ in _problems(3, 6, 0, 99))
+    requests = [([{"role": "user", "content": f"{long_question} {n}"}], True) for n in range(256)]
+    out = generate_replies(engine, tokenizer, CHAT, requests, max_new_tokens=8, do_sample=True, temperature=1.0,
+                           num_samples=4, seed=0)
+    assert sum(len(samples) for samples in out) == 1024
