@@ -1,7 +1,8 @@
 """Decontamination benchmark: how long the n-gram check (posttrain.decontamination) takes on a
 synthetic 100k-row training set against a few thousand evaluation items, and what it finds.
 
-The text is generated: words drawn from a Zipf-weighted vocabulary of 5,000, interleaved with bits
+The text is generated: words drawn from a vocabulary of 30,000 weighted as English words are
+(Zipf-Mandelbrot, 1 / (rank + 2.7)), interleaved with bits
 of LaTeX, and 20 stock phrases of math problems ("Enter your answer in the form", "Express your
 answer as a common fraction.") shared by training rows and items alike. `--planted` training rows are
 copies of items with the spacing, LaTeX spacing and one word changed: every one of them must be
@@ -42,11 +43,11 @@ LATEX = ["$x^2 + {a}x + {b} = 0$", "$\\frac{{{a}}}{{{b}}}$", "$\\sqrt{{{a}}}$", 
          "$\\left( {a}, \\frac{{\\pi}}{{{b}}} \\right)$", "${a} \\le n \\le {b}$", "$f({a}) = {b}$"]
 
 
-def _vocabulary(rng: random.Random, size: int = 5000) -> tuple[list[str], list[float]]:
+def _vocabulary(rng: random.Random, size: int = 30000) -> tuple[list[str], list[float]]:
     letters = "abcdefghijklmnopqrstuvwxyz"
     words = sorted({"".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(size * 2)})[:size]
     rng.shuffle(words)
-    return words, list(itertools.accumulate(1 / (rank + 1) for rank in range(len(words))))   # cumulative
+    return words, list(itertools.accumulate(1 / (rank + 2.7) for rank in range(len(words))))   # cumulative
 
 
 def _text(rng: random.Random, vocab, weights, low: int, high: int) -> str:
@@ -57,10 +58,17 @@ def _text(rng: random.Random, vocab, weights, low: int, high: int) -> str:
         if roll < 0.1:
             parts.append(rng.choice(STOCK))
         elif roll < 0.25:
-            parts.append(rng.choice(LATEX).format(a=rng.randint(1, 99), b=rng.randint(1, 99)))
+            parts.append(rng.choice(LATEX).format(a=rng.randint(1, 999), b=rng.randint(1, 999)))
         else:
             parts.extend(rng.choices(vocab, cum_weights=weights, k=rng.randint(3, 8)))
     return " ".join(parts)
+
+
+def _without_stock(row: dict) -> dict:
+    text = row["prompt"][0]["content"]
+    for phrase in STOCK:
+        text = text.replace(phrase, " ")
+    return _row(text)
 
 
 def _edited(rng: random.Random, text: str, vocab) -> str:
@@ -78,6 +86,7 @@ def _row(text: str) -> dict:
 
 
 def run(rows: int, items: int, planted: int, seed: int) -> dict:
+    load = os.getloadavg()[0]
     rng = random.Random(seed)
     vocab, weights = _vocabulary(rng)
     eval_rows = [_row(_text(rng, vocab, weights, 12, 80)) for _ in range(items)]
@@ -99,17 +108,20 @@ def run(rows: int, items: int, planted: int, seed: int) -> dict:
     false_positives = len({c.key for c in found} - planted_ids)
     index = EvalIndex(evals, settings)
     missed = [len(index.items[i].tokens) for i, r in zip(targets, copies) if id(r) not in caught]
-    flagged = [f"{c.overlap:.2f} of item {eval_rows[c.item]['prompt'][0]['content'][:90]!r}"
-               for c in found if c.key not in planted_ids][:3]
+    others = [c for c in found if c.key not in planted_ids]
+    flagged = [f"{c.overlap:.2f} of item {eval_rows[c.item]['prompt'][0]['content'][:90]!r}" for c in others[:3]]
+    rows_by_key = {id(r): r for r in train_rows}
+    stock_only = sum(1 for c in others   # one suite: an item's position is its index
+                     if index.overlaps(_without_stock(rows_by_key[c.key])).get(c.item, 0.0) <= index.items[c.item].limit)
     loaded = {"reasoning_prompts": RoleData(list(train_rows)), "eval:synthetic": RoleData(eval_rows)}
     t0 = time.perf_counter()
     decontaminate(loaded, settings.model_copy(update={"action": "drop"}))
     drop_s = time.perf_counter() - t0
     return {"rows": rows, "items": items, "planted": planted, "seed": seed, "index_s": index_s, "find_s": find_s,
             "drop_s": drop_s, "caught": len(caught), "false_positives": false_positives,
-            "missed_item_tokens": missed, "flagged_examples": flagged,
+            "missed_item_tokens": missed, "flagged_examples": flagged, "flagged_by_stock_phrases": stock_only,
             "dropped": loaded["reasoning_prompts"].dropped.get("contaminated", 0),
-            "rows_per_s": rows / find_s}
+            "rows_per_s": rows / find_s, "load": load}
 
 
 def write(result: dict, path: Path) -> None:
@@ -118,7 +130,8 @@ def write(result: dict, path: Path) -> None:
 
 `bench/decontamination.py --rows {r['rows']} --items {r['items']} --planted {r['planted']} --seed {r['seed']}`
 (posttrain.decontamination, default settings: 8- to 13-grams, max_overlap 0.5), one process, on
-{platform.machine()} with {os.cpu_count()} CPUs, Python {platform.python_version()}.
+{platform.machine()} with {os.cpu_count()} CPUs (load average {r['load']:.1f} when it started: a shared
+machine), Python {platform.python_version()}.
 
 | step | seconds |
 |---|---|
@@ -130,17 +143,22 @@ Planted copies of items (spacing, LaTeX spacing and one word changed): {r['caugh
 found; other training rows flagged (they share only stock phrases with the items): {r['false_positives']};
 rows dropped with `action: drop`: {r['dropped']}.
 
+Of the other rows flagged, {r['flagged_by_stock_phrases']} are not once the 20 stock phrases are deleted
+from the row (the item keeps them): the stock phrases, with the LaTeX templates around them, make up
+more than half of those items.
+
 Missed copies, by their item's length in tokens: {r['missed_item_tokens'] or 'none'} (an item under
 17 tokens edited in its middle keeps no 8-gram on either side of the edit: only the exact check
-catches those). Flagged rows other than the copies cover, e.g.:
+catches those; an item of 16 tokens or fewer must be covered whole). Flagged rows other than the
+copies cover, e.g.:
 {chr(10).join('- ' + e for e in r['flagged_examples']) or '- none'}
 
-(the generator's shortest items are mostly stock phrases: a row that holds the same phrases covers
-most of such an item; real items this short and this generic are rare, and a templated sibling of an
-item, the same problem with other numbers, is flagged the same way)
+(an item of 17 tokens or more that is half stock phrase or more is covered past 0.5 by any row with
+the same phrases; real items that generic are rare, and a templated sibling of an item, the same
+problem with other numbers, is flagged the same way)
 
-Training rows are 15-120 words of a Zipf-weighted 5,000-word vocabulary with LaTeX fragments and 20
-stock problem phrases; items 12-80 words of the same. Only items sharing a seed {8}-gram with a row
+Training rows are 15-120 words of a 30,000-word vocabulary (Zipf-Mandelbrot) with LaTeX fragments
+and 20 stock problem phrases; items 12-80 words of the same. Only items sharing a seed {8}-gram with a row
 are scored, so the time grows with the rows' length and not with rows x items.
 """)
 

@@ -19,8 +19,10 @@ word removes every n-gram that spans it: with 13-grams a 25-token problem edited
 no 13-gram at all. So each item is matched at n = clamp(tokens // 4, min_ngram, ngram), 13 for items
 of 52 tokens and more, never below `min_ngram` (8): a single edited word then leaves at least half of
 an item of 17 tokens or more covered (three quarters from 32 tokens on), while a different problem
-sharing a stock phrase ("Find the value of x such that") covers one phrase's worth of it. Items
-shorter than `min_ngram` tokens count only on the exact check.
+sharing a stock phrase ("Find the value of x such that") covers one phrase's worth of it. In an
+item of 16 tokens or fewer such a phrase alone can cover half: there every token must be covered
+(the whole question is in the row, in overlapping n-grams; `overlap_limit`). Items shorter than
+`min_ngram` tokens count only on the exact check.
 
 Normalisation (both sides): NFKC, case-folded, the /think and /no_think switches dropped, LaTeX
 spacing and sizing removed (``\\,`` ``\\;`` ``\\!`` ``\\quad`` ``~`` ``\\left`` ``\\right``
@@ -106,6 +108,14 @@ def ngram_size(length: int, settings: DecontaminationConfig) -> int:
     return min(settings.ngram, max(settings.min_ngram, length // 4))
 
 
+def overlap_limit(length: int, settings: DecontaminationConfig) -> float:
+    """The share of an item's tokens a row may cover: `max_overlap`; for an item of 2 * min_ngram
+    tokens or fewer, where one stock phrase can cover half of it, every token but one."""
+    if length > 2 * settings.min_ngram or not length:
+        return settings.max_overlap
+    return max(settings.max_overlap, (length - 1) / length)
+
+
 def _grams(tokens: list[str], n: int) -> set[tuple]:
     return set(zip(*(tokens[i:] for i in range(n))))
 
@@ -127,6 +137,7 @@ class _Item:
     tokens: list[str]
     n: int
     grams: list[tuple]   # the item's n-grams, by start position
+    limit: float         # overlap_limit
 
 
 @dataclass
@@ -155,7 +166,8 @@ class EvalIndex:
         self.settings = settings
         self.items: list[_Item] = []
         self.exact: dict[str, list[int]] = defaultdict(list)
-        self.seeds: dict[tuple, list[int]] = defaultdict(list)
+        self.seeds: dict[tuple, list[tuple[int, int]]] = defaultdict(list)   # seed n-gram -> (item, start)
+        m = settings.min_ngram
         for suite, data in evals.items():
             for i, row in enumerate(data.rows):
                 question = question_of(row)
@@ -163,38 +175,50 @@ class EvalIndex:
                 n = ngram_size(len(tokens), settings)
                 k = len(self.items)
                 self.items.append(_Item(suite, i, data.origins.get(id(row), f"row {i}"), question, tokens, n,
-                                        list(zip(*(tokens[j:] for j in range(n)))) if n else []))
+                                        list(zip(*(tokens[j:] for j in range(n)))) if n else [],
+                                        overlap_limit(len(tokens), settings)))
                 if key := normalised_question(question):
                     self.exact[key].append(k)
-                for gram in (_grams(tokens, settings.min_ngram) if n else ()):
-                    self.seeds[gram].append(k)
+                for start, gram in enumerate(zip(*(tokens[j:] for j in range(m))) if n else ()):
+                    self.seeds[gram].append((k, start))
         self._seed_set = frozenset(self.seeds)
 
     def overlaps(self, row: dict) -> dict[int, float]:
         """Item -> the share of its tokens the row covers, for every item the row shares a seed
-        n-gram with (1.0 for an exact normalised match)."""
+        (`min_ngram`) n-gram with; 1.0 for an exact normalised match. Tokens are first marked by the
+        shared seed n-grams, a bound on the share at the item's own n (each of its n-grams is made
+        of seed n-grams): an item at or under its limit that way is left there, the others are
+        scored at their n."""
         found = {k: 1.0 for k in self.exact.get(normalised_question(question_of(row)), ())}
         tokens = tokens_of(user_text(row))
-        seed = self.settings.min_ngram
-        if len(tokens) < seed:
+        m = self.settings.min_ngram
+        if len(tokens) < m:
             return found
-        have = {seed: _grams(tokens, seed)}
-        hits = have[seed] & self._seed_set
-        for k in {k for gram in hits for k in self.seeds[gram]} - found.keys():
+        have = {m: _grams(tokens, m)}
+        marks: dict[int, bytearray] = {}
+        for gram in have[m] & self._seed_set:
+            for k, start in self.seeds[gram]:
+                if k not in found:
+                    covered = marks.get(k) or marks.setdefault(k, bytearray(len(self.items[k].tokens)))
+                    covered[start:start + m] = b"\1" * m
+        for k, covered in marks.items():
             item = self.items[k]
-            if item.n not in have:
-                have[item.n] = _grams(tokens, item.n)
-            grams, covered = have[item.n], bytearray(len(item.tokens))
-            for start, gram in enumerate(item.grams):
-                if gram in grams:
-                    covered[start:start + item.n] = b"\1" * item.n
-            found[k] = covered.count(1) / len(covered)
+            share = covered.count(1) / len(covered)
+            if item.n != m and share > item.limit:   # score at the item's own n
+                if item.n not in have:
+                    have[item.n] = _grams(tokens, item.n)
+                grams, covered = have[item.n], bytearray(len(item.tokens))
+                for start, gram in enumerate(item.grams):
+                    if gram in grams:
+                        covered[start:start + item.n] = b"\1" * item.n
+                share = covered.count(1) / len(covered)
+            found[k] = share
         return found
 
 
 def find_contamination(train: dict[str, RoleData], evals: dict[str, RoleData],
                        settings: DecontaminationConfig) -> list[Contamination]:
-    """Each training row above `max_overlap` with some item, once per suite (its closest item)."""
+    """Each training row above an item's limit (`overlap_limit`), once per suite (its closest item)."""
     index = EvalIndex(evals, settings)
     found: list[Contamination] = []
     for role, data in train.items():
@@ -205,7 +229,7 @@ def find_contamination(train: dict[str, RoleData], evals: dict[str, RoleData],
                 best: dict[str, tuple[int, float]] = {}
                 for k, overlap in index.overlaps(row).items():
                     suite = index.items[k].suite
-                    if overlap > settings.max_overlap and overlap > best.get(suite, (0, -1.0))[1]:
+                    if overlap > index.items[k].limit and overlap > best.get(suite, (0, -1.0))[1]:
                         best[suite] = (k, overlap)
                 seen[key] = best
             for suite, (k, overlap) in seen[key].items():

@@ -127,6 +127,17 @@ data:
     assert ref.dropped == {"contaminated": 3} and ref.rows == 1
 
 
+def test_a_short_item_counts_only_when_the_row_holds_all_of_it():
+    short = "Find the value of $x$ such that $\\sqrt{x+7} = 9$."   # 13 tokens: 8 of them a stock phrase
+    index = EvalIndex({"math500": RoleData([_row(short)])}, DecontaminationConfig())
+    sibling = _row("Find the value of $x$ such that $\\sqrt{2x+1} = 5$.")
+    assert index.overlaps(sibling)[0] > 0.5 and index.items[0].limit == 12 / 13
+    evals = {"math500": RoleData([_row(short)])}
+    assert not find_contamination({"r": RoleData([sibling])}, evals, DecontaminationConfig())
+    copy = _row("Solve this:  find the value of $x$ such that $\\sqrt{x + 7}=9$ .")
+    assert [c.overlap for c in find_contamination({"r": RoleData([copy])}, evals, DecontaminationConfig())] == [1.0]
+
+
 def test_short_questions_still_count_on_the_exact_check():
     settings = DecontaminationConfig()
     evals = {"math": RoleData([_row("What is 2 plus 2?")])}

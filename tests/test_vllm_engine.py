@@ -185,3 +185,4 @@ def test_seeded_samples_of_a_batch_larger_than_one_engine_step(hf, engine):
     out = generate_replies(engine, tokenizer, CHAT, requests, max_new_tokens=8, do_sample=True, temperature=1.0,
                            num_samples=4, seed=0)
     assert sum(len(samples) for samples in out) == 1024
+
