@@ -73,8 +73,10 @@ def command(launcher: LauncherConfig, request: Path) -> list[str]:
                 "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", *entry]
     config_file = Path(launcher.config_file)
     config_file = config_file if config_file.is_absolute() else ROOT / config_file
+    precision = ["--mixed_precision", launcher.mixed_precision] if launcher.mixed_precision else []
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-            "--num_processes", str(launcher.num_processes), "--main_process_port", str(_free_port()), *entry]
+            "--num_processes", str(launcher.num_processes), *precision, "--main_process_port", str(_free_port()),
+            *entry]
 
 
 def failure_message(name: str, launcher: LauncherConfig, code: int | None, job: Path, output: str) -> str:

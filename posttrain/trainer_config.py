@@ -253,6 +253,9 @@ class LauncherConfig(_Strict):
     num_processes: int = Field(1, ge=1)
     config_file: str | None = None    # accelerate's config (configs/accelerate: ddp, zero2, zero3, fsdp)
     timeout_s: float = Field(24 * 3600.0, gt=0)   # the whole job: a hung rank fails the stage here
+    # Over the config file's `mixed_precision` (`accelerate launch --mixed_precision`): the shipped
+    # DeepSpeed files say bf16, which CPUs without bf16 kernels (and fp32 checks) run as `no`.
+    mixed_precision: Literal["no", "fp16", "bf16"] | None = None
 
     @model_validator(mode="after")
     def _launchable(self, info: ValidationInfo):

@@ -77,6 +77,18 @@ def save_trained(trainer, tokenizer, work: Path, parent: CheckpointRef) -> tuple
     return checkpoint, adapter
 
 
+def sharding(trainer) -> dict[str, float]:
+    """How the model was spread over the processes: their count, DeepSpeed's ZeRO stage (0 without
+    DeepSpeed) and the share of the parameters this rank held (1.0 unless ZeRO-3 partitioned them)."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    stage = int(plugin.zero_stage) if plugin is not None else 0
+    parameters = list(trainer.model_wrapped.parameters())
+    total = sum(getattr(p, "ds_numel", p.numel()) for p in parameters)
+    held = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in parameters)
+    return {"processes": float(trainer.accelerator.num_processes), "zero_stage": float(stage),
+            "parameter_share_per_rank": held / total if total else 1.0}
+
+
 def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int):
     """SFT on pre-tokenized rows with a completion mask (`sft_dataset`): the loss falls on the
     replies only, with any chat template (TRL's assistant_only_loss needs `{% generation %}` marks)."""

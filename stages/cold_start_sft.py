@@ -16,7 +16,8 @@ from posttrain.config import ColdStartSFTConfig
 from posttrain.dataio import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
+from posttrain.trainers import (numeric_log, peft_config, processes, require_rows, resume_point, save_trained, sft_args,
+                                sft_dataset, sharding, summary)
 
 STAGE_VERSION = "cold_start_sft/2"
 
@@ -41,6 +42,7 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
     return StageResult(
         name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log,
-        train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy"))},
+        train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy")),
+                       **(sharding(trainer) if processes() > 1 else {})},
         wall_s=time.time() - started, alerts=notes,
     )
