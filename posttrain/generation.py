@@ -120,18 +120,60 @@ def generate_replies(model, tokenizer, chat: ChatConfig, requests: list[tuple[li
             for (_, prefill), mode, gens in zip(rendered, modes, outputs)]
 
 
-@torch.inference_mode()
+class GenerationEngine:
+    """What writes replies: `generate(tokenizer, prompts, **options)` with `generate`'s options below,
+    `num_parameters()`, and `close()` to hand back what it holds. HFEngine (our loop over a
+    transformers model) and VLLMEngine (vLLM's offline engine) are the two; `load_generator` picks."""
+
+    def generate(self, tokenizer, prompts: list[str], **options) -> list[list[Generation]]:
+        raise NotImplementedError
+
+    def num_parameters(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class HFEngine(GenerationEngine):
+    """Our batched, KV-cached loop over a transformers model (backend hf)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def generate(self, tokenizer, prompts: list[str], **options) -> list[list[Generation]]:
+        return _hf_generate(self.model, tokenizer, prompts, **options)
+
+    def num_parameters(self) -> int:
+        return self.model.num_parameters()
+
+    def close(self) -> None:
+        self.model = None
+        gc.collect()
+
+
+def as_engine(model) -> GenerationEngine:
+    """An engine as it is; a transformers model (what training stages and probes hold) in our loop."""
+    return model if isinstance(model, GenerationEngine) else HFEngine(model)
+
+
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 128,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0,
              num_samples: int = 1, seed: int = 0, desc: str = "generating",
              thinking_budget: ThinkingBudget | None = None) -> list[list[Generation]]:
     """Return, for each prompt, `num_samples` generations (greedy when do_sample is False).
     Sampling draws from its own generator seeded with `seed`: the global RNG is left alone.
-    `model` may be a VLLMEngine (`load_generator`, backend vllm); `batch_size` is then vLLM's to choose."""
-    if isinstance(model, VLLMEngine):
-        return model.generate(tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=do_sample,
-                              temperature=temperature, top_p=top_p, num_samples=num_samples, seed=seed,
-                              thinking_budget=thinking_budget)
+    `model`: a GenerationEngine (`load_generator`) or a transformers model; on vLLM `batch_size` is
+    vLLM's to choose."""
+    return as_engine(model).generate(tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                     do_sample=do_sample, temperature=temperature, top_p=top_p,
+                                     num_samples=num_samples, seed=seed, desc=desc, thinking_budget=thinking_budget)
+
+
+@torch.inference_mode()
+def _hf_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int,
+                 do_sample: bool, temperature: float, top_p: float, num_samples: int, seed: int, desc: str,
+                 thinking_budget: ThinkingBudget | None) -> list[list[Generation]]:
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"  # batched decoding continues every row from its last prompt token
@@ -428,7 +470,7 @@ def engine_generate(engine, make_params, prompts_ids: list[list[int]], *, stop_i
     return [rows[i * num_samples:(i + 1) * num_samples] for i in range(len(prompts_ids))]
 
 
-class VLLMEngine:
+class VLLMEngine(GenerationEngine):
     """vLLM's offline engine over one checkpoint (backend vllm); `generate` dispatches to it. Built
     by `load`; the constructor takes the engine and its parameter class as they are, so the rounds
     above can be driven by any object with vLLM's `generate`."""
@@ -475,7 +517,8 @@ class VLLMEngine:
 
     def generate(self, tokenizer, prompts: list[str], *, max_new_tokens: int, do_sample: bool = False,
                  temperature: float = 1.0, top_p: float = 1.0, num_samples: int = 1, seed: int = 0,
-                 thinking_budget: ThinkingBudget | None = None) -> list[list[Generation]]:
+                 thinking_budget: ThinkingBudget | None = None, batch_size: int | None = None,
+                 desc: str | None = None) -> list[list[Generation]]:
         if self.llm is None:
             raise RuntimeError(f"the vLLM engine over {self.location} was closed")
         prompts_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
@@ -520,8 +563,9 @@ class VLLMEngine:
 
 
 def load_generator(checkpoint, settings, engine, seed: int = 0):
-    """(model, tokenizer) for `generate` from a checkpoint: the transformers model (`engine.backend`
-    hf) or vLLM's engine over it (vllm). `engine`: a config with `backend` (config.GenerationEngine)."""
+    """(engine, tokenizer) for `generate` from a checkpoint: our loop over the transformers model
+    (`engine.backend` hf) or vLLM's engine over it (vllm). `engine`: a config with `backend`
+    (config.GenerationEngine)."""
     if engine.backend == "vllm":
         return VLLMEngine.load(checkpoint, settings, engine, seed)
     from posttrain.checkpoint import load_checkpoint
@@ -529,10 +573,10 @@ def load_generator(checkpoint, settings, engine, seed: int = 0):
     model, tokenizer = load_checkpoint(checkpoint, for_training=False, settings=settings)
     if torch.cuda.is_available():   # the hf loop on the machine's GPU when it has one (training stages: TRL places them)
         model.to("cuda")
-    return model, tokenizer
+    return HFEngine(model), tokenizer
 
 
 def release(model) -> None:
     """Free what `load_generator` loaded: vLLM's engine holds GPU memory until it is shut down."""
-    if isinstance(model, VLLMEngine):
+    if isinstance(model, GenerationEngine):
         model.close()

@@ -250,3 +250,22 @@ def test_a_tokenizer_without_think_tokens_is_refused_for_vllm(tmp_path):
     chat = ChatConfig(think_open="<reason>", think_close="</reason>", add_think_tokens=True)
     with pytest.raises(ValueError, match="vLLM cannot add them"):
         prepare_for_chat(None, tok, chat, "m")
+
+
+def test_one_engine_protocol_for_both_backends(tmp_path, tokenizer):
+    """`load_generator` hands back an engine (hf: our loop over the model) that `generate` drives the
+    same way as vLLM's; a transformers model given as it is runs in that loop; `release` closes it."""
+    from posttrain.config import EvaluationConfig
+    from posttrain.generation import GenerationEngine, HFEngine, generate, load_generator, release
+    from posttrain.schema import ModelSettings
+
+    build_model(tmp_path / "m", tokenizer, hidden=32, layers=2, seed=0)
+    engine, tok = load_generator(tmp_path / "m", ModelSettings(), EvaluationConfig())
+    assert isinstance(engine, HFEngine) and isinstance(engine, GenerationEngine)
+    prompts = ["What is 3 plus 4?", "What is 10 plus 1?"]
+    through_engine = generate(engine, tok, prompts, max_new_tokens=6, do_sample=True, seed=3, num_samples=2)
+    assert through_engine == generate(engine.model, tok, prompts, max_new_tokens=6, do_sample=True, seed=3,
+                                      num_samples=2)
+    assert engine.num_parameters() == engine.model.num_parameters()
+    release(engine)
+    assert engine.model is None
