@@ -177,7 +177,7 @@ class Launched(Placed):
     trainer settings must agree with (check_launch)."""
 
     stage_name: ClassVar[str]   # its key in STAGE_CONFIGS
-    launcher: LauncherConfig = Field(LauncherConfig(), json_schema_extra=PLACEMENT)
+    launcher: LauncherConfig = LauncherConfig()   # placement, but for its mixed_precision
 
     @model_validator(mode="after")
     def _launch(self):

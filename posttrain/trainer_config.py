@@ -249,12 +249,14 @@ class LauncherConfig(_Strict):
     job of `num_processes` processes under `accelerate launch` (with one of configs/accelerate/*.yaml)
     or `torchrun`, which the flow waits for (posttrain.launcher)."""
 
-    kind: Literal["in_process", "accelerate", "torchrun"] = "in_process"
-    num_processes: int = Field(1, ge=1)
-    config_file: str | None = None    # accelerate's config (configs/accelerate: ddp, zero2, zero3, fsdp)
-    timeout_s: float = Field(24 * 3600.0, gt=0)   # the whole job: a hung rank fails the stage here
+    kind: Literal["in_process", "accelerate", "torchrun"] = Field("in_process", json_schema_extra=PLACEMENT)
+    num_processes: int = Field(1, ge=1, json_schema_extra=PLACEMENT)
+    # accelerate's config (configs/accelerate: ddp, zero2, zero3, fsdp)
+    config_file: str | None = Field(None, json_schema_extra=PLACEMENT)
+    timeout_s: float = Field(24 * 3600.0, gt=0, json_schema_extra=PLACEMENT)   # a hung rank fails the stage here
     # Over the config file's `mixed_precision` (`accelerate launch --mixed_precision`): the shipped
-    # DeepSpeed files say bf16, which CPUs without bf16 kernels (and fp32 checks) run as `no`.
+    # DeepSpeed files say bf16, which CPUs without bf16 kernels (and fp32 checks) run as `no`. Not
+    # placement: the arithmetic changes, so it keys the stage's cache.
     mixed_precision: Literal["no", "fp16", "bf16"] | None = None
 
     @model_validator(mode="after")

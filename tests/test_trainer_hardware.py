@@ -91,6 +91,12 @@ def test_placement_stays_out_of_the_cache_key():
         here = cache_relevant(cfg.stage(stage))
         placed = cfg.stage(stage).model_copy(update={"run_on": trainer_config.WorkPoolPlacement(work_pool="gpu")})
         assert cache_relevant(placed) == here, stage   # moving a stage to a pool reuses its cache
+    sft = cfg.stage("cold_start_sft")
+    launched = sft.model_copy(update={"launcher": trainer_config.LauncherConfig(
+        kind="accelerate", config_file="configs/accelerate/ddp.yaml", num_processes=2, timeout_s=60)})
+    assert cache_relevant(launched) == cache_relevant(sft)   # how many processes: placement
+    precision = launched.model_copy(update={"launcher": launched.launcher.model_copy(update={"mixed_precision": "no"})})
+    assert cache_relevant(precision) != cache_relevant(sft)   # the arithmetic: the result
 
 
 @pytest.mark.parametrize("pool,words", [("", "at least 1 character"), ("gpu/pool", "not a Prefect work pool name"),
