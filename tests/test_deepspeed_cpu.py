@@ -17,12 +17,7 @@ from posttrain.config import load_config  # noqa: E402
 from posttrain.trainer_config import LauncherConfig  # noqa: E402
 
 
-@pytest.mark.parametrize("profile", ["zero3", "zero2"])
-def test_the_shipped_deepspeed_profiles_train_cold_start_on_two_cpu_processes(tmp_path, profile):
-    import torch
-
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import command, launch
+def _cold_start(tmp_path, run: str):
     from posttrain.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint, ensure_world
@@ -31,10 +26,21 @@ def test_the_shipped_deepspeed_profiles_train_cold_start_on_two_cpu_processes(tm
     cfg = load_config(config)
     ensure_world(cfg)
     data = prepare(cfg, tmp_path / "runs" / "prepared", ("cold_start_sft",))
-    work = tmp_path / "runs" / profile / "cold_start_sft"
     parent = base_checkpoint(cfg)
-    inputs = StageInputs(parent=parent, work_dir=str(work), seed=0, model=cfg.base.settings(),
-                         data=data.for_stage("cold_start_sft"))
+    inputs = StageInputs(parent=parent, work_dir=str(tmp_path / "runs" / run / "cold_start_sft"), seed=0,
+                         model=cfg.base.settings(), data=data.for_stage("cold_start_sft"))
+    return cfg, parent, inputs
+
+
+@pytest.mark.parametrize("profile", ["zero3", "zero2"])
+def test_the_shipped_deepspeed_profiles_train_cold_start_on_two_cpu_processes(tmp_path, profile):
+    import torch
+
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.launcher import command, launch
+
+    cfg, parent, inputs = _cold_start(tmp_path, profile)
+    work = tmp_path / "runs" / profile / "cold_start_sft"
     launcher = LauncherConfig(kind="accelerate", config_file=f"configs/accelerate/{profile}.yaml", num_processes=2,
                               mixed_precision="no")
     argv = command(launcher, work / "request.json")
@@ -53,3 +59,27 @@ def test_the_shipped_deepspeed_profiles_train_cold_start_on_two_cpu_processes(tm
     assert {n: p.shape for n, p in trained.items()} == {n: p.shape for n, p in before.items()}
     assert all(p.numel() > 0 for p in trained.values()), "a shard, not the gathered weights"
     assert any(not torch.equal(p, before[n]) for n, p in trained.items()), "the checkpoint is the base model"
+
+
+def test_zero3_on_two_ranks_trains_what_one_process_trains(tmp_path):
+    """Same seed, same global batches: the 2-rank ZeRO-3 job's losses step by step and its gathered
+    checkpoint's logits are the in-process run's, within 1e-4."""
+    import torch
+
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.launcher import launch
+
+    cfg, _, alone = _cold_start(tmp_path, "alone")
+    _, _, sharded = _cold_start(tmp_path, "sharded")
+    one = launch("cold_start_sft", cfg.stage("cold_start_sft"), alone, LauncherConfig())
+    two = launch("cold_start_sft", cfg.stage("cold_start_sft"), sharded,
+                 LauncherConfig(kind="accelerate", config_file="configs/accelerate/zero3.yaml", num_processes=2,
+                                mixed_precision="no"))
+    losses = [[row["loss"] for row in result.train_log if "loss" in row] for result in (one, two)]
+    assert len(losses[0]) == len(losses[1]) >= 2
+    assert max(abs(a - b) for a, b in zip(*losses)) < 1e-4, losses
+    (model_one, tokenizer), (model_two, _) = (load_checkpoint(r.checkpoint, for_training=False) for r in (one, two))
+    ids = tokenizer(["What is 12 plus 30?", "12+30: 2+0=2, write 2"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        gap = (model_one(**ids).logits - model_two(**ids).logits).abs().max().item()
+    assert gap < 1e-4, gap
