@@ -569,22 +569,6 @@ def question_of(row: dict) -> str:
     return users[-1] if users else ""
 
 
-def overlaps(train: dict[str, list[dict]], evals: dict[str, list[dict]]) -> list[str]:
-    """Training rows whose question also appears in an evaluation suite (exact or normalised)."""
-    seen: dict[str, str] = {}
-    for suite, rows in evals.items():
-        for row in rows:
-            seen.setdefault(normalised_question(question_of(row)), suite)
-    found = []
-    for role, rows in train.items():
-        for i, row in enumerate(rows):
-            key = normalised_question(question_of(row))
-            if key and key in seen:
-                found.append(f"role {role!r} row {i} repeats a question of eval suite {seen[key]!r}: "
-                             f"{question_of(row)[:80]!r}")
-    return found
-
-
 def role_summary(rows: list[dict]) -> dict:
     """What `posttrain data check` prints for a role: rows per kind and language, duplicates."""
     questions = Counter(normalised_question(question_of(r)) for r in rows)

@@ -42,3 +42,31 @@ def tokenizer(tmp_path_factory):
     from posttrain.world.tokenizer import build_tokenizer
 
     return build_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def overlaps(train: dict[str, list[dict]], evals: dict[str, list[dict]]) -> list:
+    """The run's contamination check (posttrain.decontamination, default settings) on plain rows."""
+    from posttrain.decontamination import DecontaminationConfig, find_contamination
+    from posttrain.sources import RoleData
+
+    def wrap(rows_by_name):
+        return {name: RoleData(rows=rows) for name, rows in rows_by_name.items()}
+    return find_contamination(wrap(train), wrap(evals), DecontaminationConfig())
+
+
+def cold_start_inputs(tmp_path: Path, run: str):
+    """The smoke world's cold-start stage, ready to launch: (config, parent checkpoint, StageInputs)
+    working under tmp_path/runs/<run>/cold_start_sft."""
+    from posttrain.config import load_config
+    from posttrain.prepared import prepare
+    from posttrain.schema import StageInputs
+    from posttrain.world.build import base_checkpoint, ensure_world
+
+    config = write_smoke_config(tmp_path, cold_start_sft={"threads": 1, "batch_size": 8})
+    cfg = load_config(config)
+    ensure_world(cfg)
+    data = prepare(cfg, tmp_path / "runs" / "prepared", ("cold_start_sft",))
+    parent = base_checkpoint(cfg)
+    inputs = StageInputs(parent=parent, work_dir=str(tmp_path / "runs" / run / "cold_start_sft"), seed=0,
+                         model=cfg.base.settings(), data=data.for_stage("cold_start_sft"))
+    return cfg, parent, inputs

@@ -12,24 +12,8 @@ import pytest
 pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: python scripts/install.py --engines cpu")
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(1800)]
 
-from conftest import write_smoke_config  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
+from conftest import cold_start_inputs  # noqa: E402
 from posttrain.trainer_config import LauncherConfig  # noqa: E402
-
-
-def _cold_start(tmp_path, run: str):
-    from posttrain.prepared import prepare
-    from posttrain.schema import StageInputs
-    from posttrain.world.build import base_checkpoint, ensure_world
-
-    config = write_smoke_config(tmp_path, cold_start_sft={"threads": 1, "batch_size": 8})
-    cfg = load_config(config)
-    ensure_world(cfg)
-    data = prepare(cfg, tmp_path / "runs" / "prepared", ("cold_start_sft",))
-    parent = base_checkpoint(cfg)
-    inputs = StageInputs(parent=parent, work_dir=str(tmp_path / "runs" / run / "cold_start_sft"), seed=0,
-                         model=cfg.base.settings(), data=data.for_stage("cold_start_sft"))
-    return cfg, parent, inputs
 
 
 @pytest.mark.parametrize("profile", ["zero3", "zero2"])
@@ -39,7 +23,7 @@ def test_the_shipped_deepspeed_profiles_train_cold_start_on_two_cpu_processes(tm
     from posttrain.checkpoint import load_checkpoint
     from posttrain.launcher import command, launch
 
-    cfg, parent, inputs = _cold_start(tmp_path, profile)
+    cfg, parent, inputs = cold_start_inputs(tmp_path, profile)
     work = tmp_path / "runs" / profile / "cold_start_sft"
     launcher = LauncherConfig(kind="accelerate", config_file=f"configs/accelerate/{profile}.yaml", num_processes=2,
                               mixed_precision="no")
@@ -69,8 +53,8 @@ def test_zero3_on_two_ranks_trains_what_one_process_trains(tmp_path):
     from posttrain.checkpoint import load_checkpoint
     from posttrain.launcher import launch
 
-    cfg, _, alone = _cold_start(tmp_path, "alone")
-    _, _, sharded = _cold_start(tmp_path, "sharded")
+    cfg, _, alone = cold_start_inputs(tmp_path, "alone")
+    _, _, sharded = cold_start_inputs(tmp_path, "sharded")
     one = launch("cold_start_sft", cfg.stage("cold_start_sft"), alone, LauncherConfig())
     two = launch("cold_start_sft", cfg.stage("cold_start_sft"), sharded,
                  LauncherConfig(kind="accelerate", config_file="configs/accelerate/zero3.yaml", num_processes=2,

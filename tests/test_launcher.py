@@ -202,20 +202,11 @@ def test_the_shipped_accelerate_profiles_run_on_cpu(tmp_path, profile):
     accelerator devices, accelerate/state.py), so this checks the profile's launch, not sharding."""
     import torch
 
+    from conftest import cold_start_inputs
     from posttrain.checkpoint import load_checkpoint
     from posttrain.launcher import launch
-    from posttrain.prepared import prepare
-    from posttrain.schema import StageInputs
-    from posttrain.world.build import base_checkpoint, ensure_world
 
-    config = write_smoke_config(tmp_path, cold_start_sft={"threads": 1, "batch_size": 8})
-    cfg = load_config(config)
-    ensure_world(cfg)
-    data = prepare(cfg, tmp_path / "runs" / "prepared", ("cold_start_sft",))
-    work = tmp_path / "runs" / profile / "cold_start_sft"
-    parent = base_checkpoint(cfg)
-    inputs = StageInputs(parent=parent, work_dir=str(work), seed=0, model=cfg.base.settings(),
-                         data=data.for_stage("cold_start_sft"))
+    cfg, parent, inputs = cold_start_inputs(tmp_path, profile)
     launcher = LauncherConfig(kind="accelerate", config_file=f"configs/accelerate/{profile}.yaml", num_processes=2)
     result = launch("cold_start_sft", cfg.stage("cold_start_sft"), inputs, launcher)
     assert result.train_metrics["loss"] > 0 and result.train_metrics["examples"] == 16, result.train_metrics
