@@ -29,6 +29,13 @@ def test_language_share_counts_cjk_characters_as_words():
     assert language_share("7+8=15", "en") is None
 
 
+def test_latex_math_commands_are_markup_but_words_written_as_commands_still_count():
+    assert language_share("答案是\\boxed{540}。", "zh") == 1.0
+    assert language_share("所以 \\frac{1}{2} \\times 4 = 2", "zh") == 1.0
+    assert language_share("所以\\five \\plus \\three", "zh") == pytest.approx(2 / 5)   # not math commands
+    assert language_share("\\boxedfive", "en") == 1.0        # a command's name ends at a letter boundary
+
+
 @pytest.mark.parametrize("constraint,good,bad", [
     ({"type": "json", "keys": {"answer": "int"}}, '{"answer": 3}', '{"answer": "3"}'),
     ({"type": "ends_with", "value": "done"}, "It is 3 done.", "done, it is 3"),

@@ -32,7 +32,7 @@ from opencc import OpenCC
 from posttrain.chat import parse_response
 from posttrain.rewards.language import CJK_CLASS, language_share
 
-INSTRUCTION_VERSION = "instruction/6"   # all 25 IFEval ids (ifeval_checks), a closing quote ends a reply
+INSTRUCTION_VERSION = "instruction/7"   # language/5: a Chinese reply with a LaTeX box is Chinese
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure

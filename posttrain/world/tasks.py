@@ -450,11 +450,13 @@ def instruction_tasks(n: int, seed: int, split: Split, languages: Iterable[Langu
     for i in range(n):
         language = languages[i % len(languages)]
         ctype = types[i % len(types)] if split == "eval" else rng.choice(types)
-        use_math = ctype in ("json", "forbidden_words", "max_words") or (
-            ctype in ("ends_with", "starts_with", "no_thinking") and rng.random() < 0.5)
-        if ctype in ("uppercase", "lowercase", "language"):
-            use_math = False
+        # The content is think-mode arithmetic, which the world's model computes, so an honest
+        # verdict (constraint met and the embedded answer right) is learnable; only `no_thinking`
+        # also draws direct questions. Case rules need cased text: English problems.
+        use_math = ctype != "no_thinking" or rng.random() < 0.5
         if use_math:
+            if ctype in ("uppercase", "lowercase"):
+                language = "en"
             p = next(q for q in rng.sample(math_pool, len(math_pool)) if q.language == language)
             question, answer, reasoning = p.question, p.answer, p.reasoning
         else:
@@ -479,7 +481,7 @@ def instruction_tasks(n: int, seed: int, split: Split, languages: Iterable[Langu
         response = assemble_response(reasoning if thinking else "", answer_text)
         # A reply in another language states the answer translated: that is what it is checked against.
         tasks.append(InstructionTask(f"if-{split}-{seed}-{i}", language, f"{question} {phrase}", [constraint],
-                                     response, thinking, answer_text if ctype == "language" else answer,
+                                     response, thinking, answer_text if ctype == "language" and not use_math else answer,
                                      "math" if use_math else "direct"))
     return tasks
 
@@ -500,15 +502,15 @@ def _constraint_and_answer(ctype: str, language: Language, answer: str, is_math:
     if ctype == "max_words":
         return {"type": "max_words", "value": 2}, f"\\boxed{{{answer}}}"
     if ctype == "uppercase":
-        return {"type": "uppercase"}, answer.upper()
+        return {"type": "uppercase"}, f"THE ANSWER IS {answer}." if is_math else answer.upper()
     if ctype == "lowercase":
-        return {"type": "lowercase"}, answer.lower()
+        return {"type": "lowercase"}, plain.lower()
     if ctype == "forbidden_words":
         word = "答案" if language == "zh" else "answer"
         return {"type": "forbidden_words", "value": word, "words": [word]}, f"\\boxed{{{answer}}}"
     if ctype == "language":
         target: Language = rng.choice(["en", "zh"])
-        translated = _translate_direct(direct, target) if direct else answer
+        translated = _translate_direct(direct, target) if direct else default_math_answer(answer, target)
         return {"type": "language", "language": target}, translated
     raise ValueError(f"unknown constraint type {ctype!r}")
 
