@@ -15,7 +15,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.remote import check_work_pools
 from flows.tasks import call_cached, code_state, evaluate_checkpoint, run_stage
-from posttrain.config import STAGES, PipelineConfig, config_hash
+from posttrain.config import STAGE_BY_NAME, STAGE_TABLE, STAGES, PipelineConfig, config_hash
 from posttrain.env import machine
 from posttrain.gates import carried_checks, judge
 from posttrain.prepared import PreparedData, prepare
@@ -30,13 +30,19 @@ class GateFailed(RuntimeError):
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The starting checkpoint: the embedded world's base, or the configured model (HF id / path)."""
-    from posttrain.checkpoint import configured_model, foreign_digest
+    from posttrain.checkpoint import configured_model
 
     if (cfg.base.model if which == "teacher" else cfg.base.student) == "embedded":
         from posttrain.world.build import base_checkpoint as embedded_base
 
         return embedded_base(cfg, which)
-    location = configured_model(cfg, which)
+    return model_checkpoint(cfg, configured_model(cfg, which))
+
+
+def model_checkpoint(cfg: PipelineConfig, location: str) -> CheckpointRef:
+    """A model the config names (a local directory or a hub id in the local cache) as a checkpoint."""
+    from posttrain.checkpoint import foreign_digest
+
     if Path(location).is_dir():
         return CheckpointRef(path=location, digest=foreign_digest(Path(location), cfg.path(cfg.paths.runs) / "manifests"))
     return CheckpointRef(path=location, digest=f"hub:{location}")
@@ -62,7 +68,17 @@ class ChainRun:
     def __init__(self, cfg: PipelineConfig, run_id: str, run_dir: Path, config_path: str, selected: set[str],
                  force: bool, started: float):
         self.cfg, self.run_dir, self.force = cfg, run_dir, force
-        self.selected = [name for name in STAGES if name in selected]
+        # A selected stage with nothing to do in this config (no reward model configured) is skipped.
+        self.unneeded = {stage.name: reason for stage in STAGE_TABLE if stage.name in selected and stage.skipped_unless
+                         and (reason := stage.skipped_unless(cfg))}
+        self.selected = [name for name in STAGES if name in selected and name not in self.unneeded]
+        self.reward_model: CheckpointRef | None = None   # the reward model stage's, once it has run
+        makes = [s for s in self.selected if STAGE_BY_NAME[s].reward_model == "makes"]
+        for name in self.selected:
+            rewards = getattr(cfg.stage(name), "rewards", None)
+            if STAGE_BY_NAME[name].reward_model == "uses" and rewards is not None and rewards.reward_model and not makes:
+                raise ValueError(f"stages.{name}.rewards.reward_model is {rewards.reward_model} but no reward model "
+                                 f"stage runs before it ({next(iter(self.unneeded.values()), 'not selected')})")
         self.started = self.stage_started = started
         self.storage = cfg.path(cfg.paths.runs) / "prefect-results"
         self.log = get_run_logger()
@@ -108,7 +124,27 @@ class ChainRun:
         return entry
 
     def skip(self, name: str) -> None:
+        """A stage left out of this run: deselected (a report column says so), or with nothing to do
+        in this config (no column: it is not part of the configured chain)."""
+        if name in self.unneeded:
+            self.log.info(f"{name}: not part of this chain ({self.unneeded[name]})")
+            return
         self.report.stages.append(StageEntry(name=name, status="skipped"))
+
+    def reward_model_for(self, name: str) -> CheckpointRef | None:
+        """What a stage's reward model is: the one the reward model stage trains from (or was
+        brought), for that stage; the one it produced, for a stage that scores with it."""
+        role = STAGE_BY_NAME[name].reward_model
+        if role == "uses":
+            return self.reward_model
+        if role != "makes":
+            return None
+        settings = self.cfg.stages.reward_model
+        location = settings.bring or settings.init
+        if location in ("student", "base") and not settings.bring:
+            return base_checkpoint(self.cfg, "student" if location == "student" else "teacher")
+        local = self.cfg.path(location)
+        return model_checkpoint(self.cfg, str(local) if local.is_dir() else location)
 
     def train(self, name: str, parent: StageEntry) -> tuple[StageResult, bool]:
         """The stage's result, from the cache when its inputs are unchanged; (result, cached). The
@@ -120,9 +156,10 @@ class ChainRun:
         self.report.stages.append(entry)
         inputs = StageInputs(
             work_dir=str(self.run_dir / name), data=self.data.for_stage(name), model=self.cfg.base.settings(),
-            parent=parent.checkpoint, probe=self.data.probe(self.cfg) if name == "reasoning_rl" else None,
+            parent=parent.checkpoint, probe=self.data.probe(self.cfg) if STAGE_BY_NAME[name].probe else None,
             seed=self.cfg.seed, datasets=[d for s in self.report.stages for d in s.datasets],
-            student=base_checkpoint(self.cfg, "student") if name == "distillation" else None,
+            student=base_checkpoint(self.cfg, "student") if STAGE_BY_NAME[name].student else None,
+            reward_model=self.reward_model_for(name),
             data_store=str(self.cfg.path(self.cfg.paths.data_store)),
             dvc_remote=str(self.cfg.path(self.cfg.paths.dvc_remote)),
             tracking=self.registry.start_training(name, self.lineage))
@@ -150,6 +187,8 @@ class ChainRun:
         if trained_in:
             self.registry.finish_training(trained_in, self.cfg.stage(name).model_dump(mode="json"), result.train_log)
             self.training_runs[name] = trained_in
+        if result.reward_model is not None:
+            self.reward_model = result.reward_model
         return result, cached
 
     def evaluate(self, name: str, result: StageResult, parent: StageEntry) -> EvalResult:
@@ -182,16 +221,25 @@ class ChainRun:
     def register(self, name: str, result: StageResult, verdict: GateVerdict, cached: bool,
                  parent: StageEntry) -> str | None:
         """The registry version of the stage's checkpoint, with its lineage and verdict (a data-only
-        stage keeps its parent's version)."""
-        if result.checkpoint.digest == parent.checkpoint.digest:
-            return parent.checkpoint.version
+        stage keeps its parent's version). A reward model is registered as a version of its own
+        model (`posttrain-<name>-reward-model`); a stage that scored with one names it in its tags."""
         consumed = {d.name: d.md5 for d in result.datasets_consumed}
         consumed |= {f"{d.name} <- {label}": md5 for d in result.datasets_consumed for label, md5 in d.sources.items()}
+        if result.reward_model is not None:
+            reward_models = Registry.for_config(self.cfg, suffix="-reward-model")
+            version = reward_models.register_stage(name, result.reward_model, {
+                **self.lineage, "stage": name, "datasets": json.dumps(consumed), "cached": str(cached),
+                "verifiers": json.dumps(result.verifier_versions)}, verdict)
+            self.log.info(f"{name}: reward model registered as {reward_models.model_name} version {version}")
+        if result.checkpoint.digest == parent.checkpoint.digest:
+            return parent.checkpoint.version
         tags = {**self.lineage, "stage": name, "parent_version": str(parent.checkpoint.version or "base"),
                 "parent_digest": parent.checkpoint.digest, "datasets": json.dumps(consumed),
                 "datasets_produced": json.dumps({d.name: d.md5 for d in result.datasets_produced}),
                 "rows_dropped": json.dumps({d.name: d.dropped for d in result.datasets_consumed if d.dropped}),
                 "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
+        if STAGE_BY_NAME[name].reward_model == "uses" and self.reward_model is not None:
+            tags["reward_model"] = f"{self.reward_model.path} (digest {self.reward_model.digest})"
         if result.adapter is not None:  # a LoRA stage: its adapter, on the parent's weights
             tags |= {"adapter_path": result.adapter.path, "adapter_digest": result.adapter.digest}
         return self.registry.register_stage(name, result.checkpoint, tags, verdict,

@@ -208,10 +208,37 @@ def configured_model(cfg, which: str = "teacher") -> str:
 
 def check_models(cfg, stages) -> list[str]:
     """The configured models (not the embedded world's) checked (`check_model`): the teacher always,
-    the student when distillation runs."""
-    wanted = [("teacher", "base.model")] + ([("student", "base.student")] if "distillation" in stages else [])
-    return [check_model(configured_model(cfg, which), cfg.base.settings(), field) for which, field in wanted
-            if (cfg.base.model if which == "teacher" else cfg.base.student) != "embedded"]
+    the student when a stage that trains it runs."""
+    from posttrain.config import STAGE_BY_NAME
+
+    reward_model = cfg.stages.reward_model
+    reward_model_field, reward_model_at = (("stages.reward_model.bring", reward_model.bring) if reward_model.bring
+                                           else ("stages.reward_model.init", reward_model.init))
+    makes_reward_model = any(STAGE_BY_NAME[name].reward_model == "makes" for name in stages)
+    trains_student = any(STAGE_BY_NAME[name].student for name in stages) or (makes_reward_model and reward_model_at == "student")
+    wanted = [("teacher", "base.model")] + ([("student", "base.student")] if trains_student else [])
+    lines = [check_model(configured_model(cfg, which), cfg.base.settings(), field) for which, field in wanted
+             if (cfg.base.model if which == "teacher" else cfg.base.student) != "embedded"]
+    if makes_reward_model and reward_model_at not in ("student", "base"):
+        local = cfg.path(reward_model_at)
+        locate_model(str(local) if local.is_dir() else reward_model_at, reward_model_field)
+        lines.append(f"{reward_model_field}: {reward_model_at}")
+    return lines
+
+
+def locate_model(location: str, field: str) -> None:
+    """A local model directory, or a hub id whose files are in the local cache; else ModelCheckError."""
+    if Path(location).is_dir():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    looks_like_path = location.startswith((".", "/", "~")) or os.sep in location.strip("/").replace("/", "", 1)
+    cached = None if looks_like_path else try_to_load_from_cache(location, "config.json")
+    if not isinstance(cached, str):
+        raise ModelCheckError(f"{field}: {location!r} is " + ("not a directory" if looks_like_path else
+                              "neither a local model directory nor a hub model in the local cache") +
+                              " (HF_HUB_OFFLINE=1: nothing is downloaded); point it at a model directory "
+                              "(save_pretrained) or download the model beforehand")
 
 
 def check_model(location: str, settings: ModelSettings, field: str) -> str:
@@ -221,16 +248,7 @@ def check_model(location: str, settings: ModelSettings, field: str) -> str:
     raises ValueError naming the field."""
     from transformers import AutoTokenizer
 
-    if not Path(location).is_dir():
-        from huggingface_hub import try_to_load_from_cache
-
-        looks_like_path = location.startswith((".", "/", "~")) or os.sep in location.strip("/").replace("/", "", 1)
-        cached = None if looks_like_path else try_to_load_from_cache(location, "config.json")
-        if not isinstance(cached, str):
-            raise ModelCheckError(f"{field}: {location!r} is " + ("not a directory" if looks_like_path else
-                             "neither a local model directory nor a hub model in the local cache") +
-                             " (HF_HUB_OFFLINE=1: nothing is downloaded); point it at a model directory "
-                             "(save_pretrained) or download the model beforehand")
+    locate_model(location, field)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
         _chat_ready(tokenizer, settings.chat, location)

@@ -15,12 +15,14 @@ from posttrain.chat import ChatConfig
 from posttrain.schema import ModelSettings
 from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metrics
 from posttrain.sources import SourceConfig, TaskKind, _as_list
+from posttrain.stage import Stage
 from posttrain.decontamination import DecontaminationConfig
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
 from posttrain.trainer_config import GenerationEngine
 from posttrain.gate_config import GateConfig, GatesConfig, GateTarget, RegressionCheck  # noqa: F401 (re-exported)
+from posttrain.rl_config import JudgeConfig, ProblemSamplingConfig, RewardSettings, RewardWeights, RLAlertsConfig  # noqa: F401 (re-exported)
 
 
 
@@ -134,7 +136,7 @@ class DataConfig(Strict):
     non_reasoning: list[SourceConfig] = []         # fusion: non-thinking SFT (direct answers, instructions)
     general_prompts: list[SourceConfig] = []       # general RL: prompts of any kind
     distillation_prompts: list[SourceConfig] = []  # distillation: prompts the teacher answers
-    preferences: list[SourceConfig] = []           # preference pairs (posttrain.preferences); no stage reads them yet
+    preferences: list[SourceConfig] = []           # preference pairs (posttrain.preferences): the reward model's
     eval: list[EvalSuiteConfig] = []
     decontamination: DecontaminationConfig = DecontaminationConfig()   # training rows vs eval items (n-grams)
 
@@ -176,12 +178,12 @@ class Launched(Placed):
     """A training stage: also started in process or as a multi-process job (`launcher`), which its
     trainer settings must agree with (check_launch)."""
 
-    stage_name: ClassVar[str]   # its key in STAGE_CONFIGS
+    stage: ClassVar[Stage]   # its row of STAGE_TABLE
     launcher: LauncherConfig = LauncherConfig()   # placement, but for its mixed_precision
 
     @model_validator(mode="after")
     def _launch(self):
-        check_launch(self.stage_name, self.trainer, self.launcher, getattr(self, "sampling", None))
+        check_launch(self.stage, self.trainer, self.launcher, getattr(self, "sampling", None))
         return self
 
 
@@ -191,53 +193,6 @@ class ColdStartSFTConfig(Launched):
     trainer: SFTTrainerConfig = SFTTrainerConfig()
     gate: GateConfig = GateConfig()
 
-
-
-class RewardWeights(Strict):
-    """Weight of each reward in the registry (posttrain.rewards); 0 leaves it out."""
-
-    correctness: float = Field(1.0, ge=0)
-    format: float = Field(0.2, ge=0)
-    mode: float = Field(0.0, ge=0)        # /think vs /no_think compliance on every row (format needs a boxed answer)
-    language_consistency: float = Field(0.0, ge=0)
-    instruction: float = Field(0.0, ge=0)
-    length: float = Field(0.0, ge=0)      # Kimi k1.5 length reward, per prompt group
-    overlong: float = Field(0.0, ge=0)    # DAPO soft overlong punishment
-    code: float = Field(0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _something_to_learn(self):
-        if not any(v > 0 for v in self.model_dump().values()):
-            raise ValueError("every reward weight is 0: the stage would learn nothing")
-        return self
-
-
-class RewardSettings(Strict):
-    length_warmup_steps: int = Field(0, ge=0)   # Kimi: length reward off until this step
-    overlong_cache: int = Field(32, ge=1)       # DAPO L_cache (L_max is max_completion_length)
-
-
-class ProblemSamplingConfig(Strict):
-    """How reasoning RL picks the next problems (posttrain.rl.ProblemSampler)."""
-
-    strategy: Literal["uniform", "prioritized"] = "uniform"
-    floor: float = Field(0.1, ge=0, le=1)          # share of probability spread evenly over all problems
-    prior_success: float = Field(0.5, ge=0, le=1)  # s_i of a problem not yet seen
-    curriculum: bool = False                       # easy -> hard by world level
-    curriculum_fraction: float = Field(0.5, gt=0, le=1)  # share of training until every level is open
-    drop_uniform_groups: bool = False              # DAPO: all-correct / all-wrong groups leave the loss
-
-
-class RLAlertsConfig(Strict):
-    """Health checks on every logged RL step (posttrain.rl.RLAlerts); NaN/inf loss or grad always alerts."""
-
-    action: Literal["warn", "fail"] = "warn"
-    kl_max: float | None = Field(None, gt=0)         # only meaningful with beta > 0
-    zero_reward_steps: int = Field(10, ge=1)         # consecutive logged steps with reward exactly 0
-    # share of re-scored rollouts whose task reward differs from evaluation's verdict (posttrain.rl.EvalDisagreement)
-    eval_disagreement_max: float = Field(0.01, ge=0, le=1)
-    truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
-    uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
 
 
 class ReasoningRLConfig(Launched):
@@ -275,9 +230,36 @@ class ModeFusionSFTConfig(Launched):
 
 
 
+class RewardModelTrainerConfig(SFTTrainerConfig):
+    """TRL RewardTrainer's settings: SFT's, plus the reward-centering term (Eisenstein et al.) and
+    Llama 2's margin loss, which reads the pairs' `score_chosen - score_rejected`."""
+
+    learning_rate: float = Field(1e-4, gt=0)
+    epochs: float = Field(1.0, gt=0)
+    max_length: int = Field(512, ge=16)
+    center_rewards_coefficient: float | None = Field(None, gt=0)
+    use_margin: bool = False
+
+
+class RewardModelConfig(Launched):
+    """A reward model for general RL's `reward_model` reward: trained on the `preferences` data role
+    with TRL's RewardTrainer, starting from `init` (`student`: base.student, the chain's small model;
+    `base`: base.model; or a directory / HF id), or brought as it is (`bring`: an
+    AutoModelForSequenceClassification with its own tokenizer and chat template; no training, and
+    measured on the held-out pairs when the role is given). Skipped when neither is configured."""
+
+    bring: str | None = None
+    init: str = "student"
+    held_out: float = Field(0.1, gt=0, lt=1)   # share of prompts whose pairs measure the model
+    batch_size: int = Field(16, ge=1)           # scoring batch, in the gate and during RL
+    trainer: RewardModelTrainerConfig = RewardModelTrainerConfig()
+    gate: GateConfig = GateConfig(targets=[GateTarget(metric="stage.pairwise_accuracy", min=0.6)], regression=[])
+
+
 class GeneralRLConfig(Launched):
     """GRPO on the `general_prompts` data role; each row's kind picks its rewards."""
 
+    judge: JudgeConfig | None = None   # the `judge` reward's model (posttrain.rewards.judge)
     alerts: RLAlertsConfig = RLAlertsConfig()
     rewards: RewardWeights = RewardWeights(correctness=1.0, format=0.1, instruction=1.0)
     reward_settings: RewardSettings = RewardSettings()
@@ -304,19 +286,31 @@ class DistillationStageConfig(GenerationEngine, Placed):
     gate: GateConfig = GateConfig()
 
 
-# The chain, in order, with each stage's settings: adding a stage is one line here plus its
-# `stages/<name>.py` (and its config class above). STAGES, StageName (CLI choices, the flow's
-# `stages` parameter) and the `stages:` section of the YAML all follow from it.
-STAGE_CONFIGS: dict[str, type[Strict]] = {
-    "cold_start_sft": ColdStartSFTConfig,
-    "reasoning_rl": ReasoningRLConfig,
-    "rejection_sampling": RejectionSamplingConfig,
-    "mode_fusion_sft": ModeFusionSFTConfig,
-    "general_rl": GeneralRLConfig,
-    "distillation": DistillationStageConfig,
-}
-for _name, _config in STAGE_CONFIGS.items():
-    _config.stage_name = _name
+def _reward_model_wanted(cfg) -> str | None:
+    if cfg.data.preferences or cfg.stages.reward_model.bring:
+        return None
+    return "no reward model (neither data.preferences nor stages.reward_model.bring is set)"
+
+
+_WRITES_DATASET = "writes its dataset to the data store before training, from every process under a multi-process launcher"
+# The chain, in order: adding a stage is one row here plus its `stages/<name>.py` (and its config
+# class above). STAGES, StageName (CLI choices, the flow's `stages` parameter), the `stages:`
+# section of the YAML, the roles each stage is given and the launch checks all follow from it.
+STAGE_TABLE: tuple[Stage, ...] = (
+    Stage("cold_start_sft", ColdStartSFTConfig, reads=("cold_start",)),
+    Stage("reasoning_rl", ReasoningRLConfig, reads=("reasoning_prompts",), probe=True),
+    Stage("rejection_sampling", RejectionSamplingConfig, reads=("rejection_prompts",)),
+    Stage("mode_fusion_sft", ModeFusionSFTConfig, optional=("thinking", "non_reasoning"), single_process=_WRITES_DATASET),
+    Stage("reward_model", RewardModelConfig, optional=("preferences",), reward_model="makes",
+          skipped_unless=_reward_model_wanted),
+    Stage("general_rl", GeneralRLConfig, reads=("general_prompts",), reward_model="uses"),
+    Stage("distillation", DistillationStageConfig, reads=("distillation_prompts",), student=True,
+          single_process=_WRITES_DATASET),
+)
+STAGE_BY_NAME: dict[str, Stage] = {stage.name: stage for stage in STAGE_TABLE}
+STAGE_CONFIGS: dict[str, type[Strict]] = {stage.name: stage.config for stage in STAGE_TABLE}
+for _stage in STAGE_TABLE:
+    _stage.config.stage = _stage
 STAGES: tuple[str, ...] = tuple(STAGE_CONFIGS)
 StageName = Literal[STAGES]
 StagesConfig = create_model("StagesConfig", __base__=Strict, __doc__="Each stage's settings, by stage name.",
@@ -431,6 +425,23 @@ class PipelineConfig(Strict):
             if suite is None or suite.kind != "math" or suite.mode != "think":
                 raise ValueError(f"evaluation.budget_curve.suite: {curve.suite!r} is not a math suite in think mode "
                                  f"(suites: {', '.join(f'{s.name} ({s.kind}, {s.mode})' for s in self.data.suites())})")
+        return self
+
+    @model_validator(mode="after")
+    def _judge_given(self):
+        weight = self.stages.general_rl.rewards.judge
+        if weight and self.stages.general_rl.judge is None:
+            raise ValueError(f"stages.general_rl.rewards.judge is {weight}, but stages.general_rl.judge is not set "
+                             "(a judge `model` or `endpoint`)")
+        return self
+
+    @model_validator(mode="after")
+    def _reward_model_given(self):
+        """A stage that weighs the reward model's score needs one: trained on data.preferences or brought."""
+        for stage in STAGE_TABLE:
+            weight = getattr(getattr(self.stage(stage.name), "rewards", None), "reward_model", 0)
+            if stage.reward_model == "uses" and weight and (missing := _reward_model_wanted(self)):
+                raise ValueError(f"stages.{stage.name}.rewards.reward_model is {weight}, but there is {missing}")
         return self
 
     @model_validator(mode="after")

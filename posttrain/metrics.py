@@ -16,7 +16,7 @@ class Metric:
     label: str
     higher_is_better: bool | None  # None: descriptive only (lengths), never gated
     paired: bool                   # has one value per suite item, so two checkpoints compare item by item
-    kinds: tuple[str, ...] = ("math", "instruction", "code", "direct")
+    kinds: tuple[str, ...] = ("math", "instruction", "code", "direct", "open")
     modes: tuple[str, ...] = ("think", "no_think", "row")
 
 

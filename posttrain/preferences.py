@@ -20,9 +20,7 @@ number. The two reasons may be dropped and counted instead (``drop: [identical_p
 inverted_scores]`` on the source). Equal scores (a tie) are kept. One role holds one format: standard
 and conversational rows mixed are refused (`check_role`), since a trainer tokenises them differently.
 
-No stage reads the role yet (issue 29: a reward model trained with TRL's RewardTrainer): it is
-checked, prepared and content-addressed like every role, and `data check` and the run's notes say
-it is not consumed.
+The reward_model stage trains a reward model on the role (TRL's RewardTrainer, stages/reward_model.py).
 """
 from __future__ import annotations
 
@@ -33,8 +31,6 @@ from posttrain.dataio import DatasetError
 from posttrain.source_transforms import RowRefused, origin
 
 ROLE = "preferences"
-NOT_CONSUMED = (f"role {ROLE!r}: read by no stage yet (a reward model trained with TRL's RewardTrainer will, "
-                "issue 29); checked and prepared only")
 
 
 def _trl_extract(example: dict) -> dict:
@@ -150,7 +146,7 @@ def _check_completion(completion, conversational: bool, where: str, column: str)
 
 
 def check_role(data) -> None:
-    """One format in the role (RoleData), and the note that no stage reads it yet."""
+    """One format in the role (RoleData)."""
     kinds = [isinstance(r["chosen"], list) for r in data.rows]
     if kinds and len(set(kinds)) > 1:
         odd = next(r for r, k in zip(data.rows, kinds) if k != kinds[0])
@@ -158,5 +154,3 @@ def check_role(data) -> None:
         raise DatasetError(f"{data.origins.get(id(odd), 'a row')}: role {ROLE!r} mixes formats: its first row is "
                            f"{said[0]}, this one {said[1]}; one role holds one format (TRL tokenises them "
                            "differently)")
-    if NOT_CONSUMED not in data.notes:
-        data.notes.append(NOT_CONSUMED)

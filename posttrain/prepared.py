@@ -6,7 +6,7 @@ the roles it reads) changes exactly when one of its inputs does, and never when 
 suite or another stage's data changes. All checks (every source readable, mapped columns present,
 gold answers parseable, constraints known, no training question overlapping an evaluation item:
 posttrain.decontamination) run before the first file is written: bad data stops the run before any
-work and leaves nothing half-written. A role no stage reads yet (`preferences`) is prepared too.
+work and leaves nothing half-written.
 """
 from __future__ import annotations
 
@@ -15,23 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config import PipelineConfig
+from posttrain.config import STAGE_BY_NAME, STAGE_TABLE, PipelineConfig
 from posttrain.dataio import DatasetError, dataset_ref, file_md5, write_jsonl
 from posttrain.schema import DatasetRef
 from posttrain.sources import RoleData, load_role
-
-# Which data roles each stage reads.
-STAGE_ROLES = {
-    "cold_start_sft": ("cold_start",),
-    "reasoning_rl": ("reasoning_prompts",),
-    "rejection_sampling": ("rejection_prompts",),
-    "mode_fusion_sft": ("thinking", "non_reasoning"),
-    "general_rl": ("general_prompts",),
-    "distillation": ("distillation_prompts",),
-}
-# Roles no stage reads yet, loaded, checked and prepared whenever the config gives them.
-UNCONSUMED_ROLES = ("preferences",)
-
 
 @dataclass
 class PreparedData:
@@ -40,7 +27,7 @@ class PreparedData:
     loaded: dict[str, RoleData] = field(default_factory=dict)   # role or `eval:<suite>` -> rows, shares
 
     def for_stage(self, stage: str) -> dict[str, DatasetRef]:
-        return {role: self.roles[role] for role in STAGE_ROLES[stage] if role in self.roles}
+        return {role: self.roles[role] for role in STAGE_BY_NAME[stage].roles if role in self.roles}
 
     def probe(self, cfg: PipelineConfig) -> DatasetRef | None:
         """The first thinking-mode math suite: what an RL stage's held-out probe watches."""
@@ -54,11 +41,11 @@ def load_suites(cfg: PipelineConfig) -> dict[str, list[dict]]:
 
 
 def missing_roles(cfg: PipelineConfig, stages: tuple[str, ...] | None = None) -> list[str]:
-    """What the selected stages need and the config does not give (fusion's extras are optional)."""
+    """What the selected stages need and the config does not give (optional roles aside)."""
     roles = cfg.data.roles()
-    return [f"stage {stage} needs data: set `data.{role}` in the config"
-            for stage in stages or STAGE_ROLES for role in STAGE_ROLES[stage]
-            if role not in ("thinking", "non_reasoning") and not roles[role]]
+    return [f"stage {stage.name} needs data: set `data.{role}` in the config"
+            for stage in STAGE_TABLE if stages is None or stage.name in stages
+            for role in stage.reads if not roles[role]]
 
 
 def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, require: bool = True) -> dict[str, RoleData]:
@@ -66,12 +53,16 @@ def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, requ
     if require and missing_roles(cfg, stages):
         raise DatasetError(missing_roles(cfg, stages)[0])
     root = Path(cfg.root)
-    wanted = {role for stage, roles in STAGE_ROLES.items() if stages is None or stage in stages for role in roles}
-    wanted |= set(UNCONSUMED_ROLES)
+    wanted = {role for stage in STAGE_TABLE if stages is None or stage.name in stages for role in stage.roles}
     loaded = {role: load_role(role, sources, root, cfg.seed)
               for role, sources in cfg.data.roles().items() if sources and role in wanted}
     for suite in cfg.data.suites():
         loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed)
+        unchecked = sum(1 for r in loaded[f"eval:{suite.name}"].rows if r["kind"] == "open" and not r.get("constraints"))
+        if unchecked:
+            raise DatasetError(f"data.eval suite {suite.name!r}: {unchecked} open-ended rows have no `constraints`: "
+                               "evaluation gates open-ended replies on an independent check, not on the reward "
+                               "model that training pays; give each row its constraints (and answer)")
     check_stage_rewards(cfg, loaded)
     if "preferences" in loaded:
         from posttrain.preferences import check_role
@@ -89,14 +80,15 @@ def check_stage_rewards(cfg: PipelineConfig, loaded: dict[str, RoleData]) -> Non
 
     from posttrain.rewards import MissingTaskReward, check_task_rewards
 
-    for stage in ("reasoning_rl", "general_rl"):
-        (role,) = STAGE_ROLES[stage]
-        if role in loaded:
-            weights = getattr(cfg.stages, stage).rewards.model_dump()
-            try:
-                check_task_rewards(weights, Counter(r["kind"] for r in loaded[role].rows), f"stages.{stage} (data.{role})")
-            except MissingTaskReward as exc:
-                raise DatasetError(str(exc)) from None
+    for stage in STAGE_TABLE:
+        for role in stage.roles if stage.rewarded else ():
+            if role in loaded:
+                weights = cfg.stage(stage.name).rewards.model_dump()
+                try:
+                    check_task_rewards(weights, Counter(r["kind"] for r in loaded[role].rows),
+                                       f"stages.{stage.name} (data.{role})")
+                except MissingTaskReward as exc:
+                    raise DatasetError(str(exc)) from None
 
 
 def prepare(cfg: PipelineConfig, out_dir: Path, stages: tuple[str, ...] | None = None) -> PreparedData:

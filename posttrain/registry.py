@@ -148,16 +148,18 @@ class Registry:
         self._experiment()
 
     @classmethod
-    def for_config(cls, cfg) -> "Registry":
-        """The registry of a pipeline config, model `posttrain-<name>`: the folder `paths.registry`,
-        or the server it names (this machine's locks and promotion history then stay in
-        `<paths.runs>/registry`, the folder `make mlflow` serves)."""
+    def for_config(cls, cfg, suffix: str = "") -> "Registry":
+        """The registry of a pipeline config, model `posttrain-<name>` (the policy; `suffix`
+        `-reward-model`: the chain's reward models): the folder `paths.registry`, or the server it
+        names (this machine's locks and promotion history then stay in `<paths.runs>/registry`, the
+        folder `make mlflow` serves)."""
         from posttrain.config import registry_server
 
         server = registry_server(cfg.paths.registry)
+        name = f"posttrain-{cfg.name}{suffix}"
         if server:
-            return cls(cfg.path(cfg.paths.runs) / "registry", model_name=f"posttrain-{cfg.name}", server=server)
-        return cls(cfg.path(cfg.paths.registry), model_name=f"posttrain-{cfg.name}")
+            return cls(cfg.path(cfg.paths.runs) / "registry", model_name=name, server=server)
+        return cls(cfg.path(cfg.paths.registry), model_name=name)
 
     def _ensure_model(self) -> None:
         try:

@@ -494,6 +494,7 @@ class RLAlerts(TrainerCallback):
         self.log = log
         self.fired: list[dict] = []
         self.zero_reward_run = 0
+        self.reward_model_trend: list[tuple[float, float]] = []   # (raw score, independent check) per logged step
 
     def check(self, step: int, logs: dict) -> list[tuple[str, str]]:
         """(kind, message) for each check that fails on this logged step."""
@@ -522,12 +523,36 @@ class RLAlerts(TrainerCallback):
                           f"evaluation scores them (> alerts.eval_disagreement_max "
                           f"{self.cfg.eval_disagreement_max:.0%}) at step {step}: training and evaluation disagree "
                           "about the same replies (decoding, truncation or the pre-filled part differ)"))
+        goodhart = self.goodhart(step, logs)
+        if goodhart:
+            found.append(("goodhart", goodhart))
         uniform = logs.get("frac_reward_zero_std")
         if uniform is not None and uniform > self.cfg.uniform_groups_max:
             found.append(("uniform_groups", f"{uniform:.0%} of groups have identical rewards (> "
                           f"alerts.uniform_groups_max {self.cfg.uniform_groups_max:.0%}) at step {step}: little "
                           f"signal; consider prioritized sampling, harder problems or a higher temperature"))
         return found
+
+    def goodhart(self, step: int, logs: dict) -> str | None:
+        """The reward model's score rising while the independent check of the same replies falls."""
+        from posttrain.rewards.model_based import CHECKED, RAW_SCORE
+
+        if RAW_SCORE not in logs or CHECKED not in logs:
+            return None
+        window = self.cfg.goodhart_window
+        self.reward_model_trend = (self.reward_model_trend + [(float(logs[RAW_SCORE]), float(logs[CHECKED]))])[-window:]
+        if len(self.reward_model_trend) < window:
+            return None
+        half = window // 2
+        first, second = self.reward_model_trend[:half], self.reward_model_trend[-half:]
+        raw = (sum(r for r, _ in first) / half, sum(r for r, _ in second) / half)
+        checked = (sum(c for _, c in first) / half, sum(c for _, c in second) / half)
+        if raw[1] > raw[0] and checked[0] - checked[1] >= self.cfg.goodhart_drop:
+            return (f"the reward model's score rose ({raw[0]:.3f} -> {raw[1]:.3f}) while the independent check of the "
+                    f"same replies fell ({checked[0]:.3f} -> {checked[1]:.3f}) over the {window} logged steps to step "
+                    f"{step}: the policy is exploiting the reward model (Goodhart); raise beta, enable "
+                    "reward_settings.reward_model_length_debias, or retrain the reward model")
+        return None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         for kind, message in self.check(state.global_step, logs or {}):

@@ -88,7 +88,7 @@ def stage_rewards(weights: dict[str, float], settings, *, chat, tokenizer, model
     monitor = EvalDisagreement(tokenizer, chat, _stop_ids(model, tokenizer))
     out = []
     for fn in funcs:
-        if getattr(fn, "kinds", None) is None:   # a shaping reward
+        if getattr(fn, "kinds", None) is None or getattr(fn, "model_based", False):   # shaping or model-based
             out.append(on_whole_replies(fn, chat))
             continue
         scored = tracked(fn, stats, settings.num_generations) if stats is not None else fn

@@ -80,6 +80,7 @@ class StageResult(BaseModel):
     alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.RLAlerts)
     adapter: CheckpointRef | None = None    # a LoRA stage's adapter (its base is `parent`), merged into `checkpoint`
     trained_in: str | None = None           # the MLflow run its trainers logged to (inputs.tracking of the execution)
+    reward_model: CheckpointRef | None = None   # the reward model stage's product (the policy passes through)
 
 
 class StageEntry(BaseModel):
@@ -147,6 +148,8 @@ class StageInputs(BaseModel):
     seed: int = 0
     datasets: list[DatasetRef] = Field(default_factory=list)   # produced by earlier stages
     student: CheckpointRef | None = None                        # distillation only
+    # the reward model stage: the model it trains from, or the one brought; general RL: the one it scores with
+    reward_model: CheckpointRef | None = None
     data_store: str | None = None       # DVC store for datasets this stage produces
     dvc_remote: str | None = None
     tracking: TrackingRef | None = None  # where training metrics go live (not in the cache key)

@@ -407,6 +407,12 @@ def _task_fields(kind: str, row: dict, where: str, source: SourceConfig) -> dict
             transforms.check_math_gold(answer, where, column, file_column, source.word_answers,
                                        renamed=file_column != "answer")
         return {"answer": answer}
+    if kind == "open":
+        # Training pays the reward model; constraints (and an answer), where given, are the independent
+        # check evaluation gates on (an evaluation suite of this kind needs them: posttrain.prepared).
+        reference = row.get("answer")
+        checks = {"constraints": _constraints(row, where)} if row.get("constraints") else {}
+        return {**checks, **({"answer": str(reference)} if reference else {})}
     if kind == "instruction":
         # A reference answer, where the data has one, tells the verifier what counts as content.
         reference = row.get("answer")

@@ -327,12 +327,12 @@ class WorkPoolPlacement(_Strict):
         return value
 
 
-def check_launch(stage: str, trainer: TrainingHardware, launcher: LauncherConfig, sampling=None) -> None:
-    """What a stage's trainer settings and its launcher must agree on (called by the stage configs)."""
+def check_launch(stage, trainer: TrainingHardware, launcher: LauncherConfig, sampling=None) -> None:
+    """What a stage (its row of posttrain.config.STAGE_TABLE), its trainer settings and its launcher
+    must agree on (called by the stage configs)."""
     several = launcher.num_processes > 1
-    if several and stage in ("mode_fusion_sft", "distillation"):
-        raise ValueError(f"launcher: {stage} writes its dataset to the data store before training, from every "
-                         "process under a multi-process launcher; run it in_process (a single process)")
+    if several and stage.single_process:
+        raise ValueError(f"launcher: {stage.name} {stage.single_process}; run it in_process (a single process)")
     if several and sampling is not None and (sampling.strategy != "uniform" or sampling.drop_uniform_groups
                                              or sampling.curriculum):
         raise ValueError("launcher: the adaptive problem sampler (prioritized, curriculum, drop_uniform_groups) "

@@ -228,15 +228,17 @@ def grpo_dataset(tokenizer, chat, rows: list[dict]):
     return Dataset.from_list(out)
 
 
-def reward_settings(config, model, tokenizer):
-    """The run settings an RL stage's rewards need (posttrain.rewards.RewardSettings)."""
+def reward_settings(config, model, tokenizer, reward_model=None, judge=None):
+    """The run settings an RL stage's rewards need (posttrain.rewards.RewardSettings);
+    `reward_model`: the scorer of the `reward_model` reward, `judge`: the `judge` reward's Judge."""
     from posttrain.rewards import RewardSettings
 
     return RewardSettings(num_generations=config.trainer.num_generations,
                           length_warmup_steps=config.reward_settings.length_warmup_steps,
                           max_completion_length=config.trainer.max_completion_length,
                           overlong_cache=config.reward_settings.overlong_cache,
-                          stop_ids=stop_token_ids(model, tokenizer))
+                          stop_ids=stop_token_ids(model, tokenizer), reward_model=reward_model, judge=judge,
+                          reward_model_length_debias=config.reward_settings.reward_model_length_debias)
 
 
 def stop_token_ids(model, tokenizer) -> frozenset[int]:

@@ -1,6 +1,7 @@
 """Stage 5 — general RL (Qwen3 sec. 4.4): GRPO on the `general_prompts` data role, whatever their
-task kinds (instruction constraints, math, direct questions, code): each row's kind picks the
-rewards that apply to it, and math in both modes keeps the mode switch learnt in fusion."""
+task kinds (instruction constraints, math, direct questions, code, open-ended): each row's kind picks
+the rewards that apply to it (the open-ended kind: the reward model of the reward_model stage), and
+math in both modes keeps the mode switch learnt in fusion."""
 from __future__ import annotations
 
 import random
@@ -10,18 +11,20 @@ from pathlib import Path
 
 import torch
 
-from posttrain.checkpoint import load_checkpoint
+from posttrain.checkpoint import checkpoint_location, load_checkpoint
 from posttrain.code_test_forms import forgeable_code_rows
 from posttrain.config import GeneralRLConfig
 from posttrain.dataio import read_jsonl
 from posttrain.live_metrics import follow
+from posttrain.reward_model import RewardModelScorer
+from posttrain.rewards.judge import build_judge
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
 from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
 from posttrain.rl_rewards import stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
 
-STAGE_VERSION = "general_rl/4"   # task rewards are verify_row's verdicts, per row kind
+STAGE_VERSION = "general_rl/5"   # open-ended rows scored by the reward model
 
 
 def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
@@ -35,7 +38,16 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     random.Random(inputs.seed).shuffle(rows)
 
     check_task_rewards(config.rewards.model_dump(), Counter(r["kind"] for r in rows), "general_rl (data role general_prompts)")
-    reward_funcs, weights = stage_rewards(config.rewards.model_dump(), reward_settings(config, model, tokenizer),
+    scorer = None
+    if config.rewards.reward_model:
+        if inputs.reward_model is None:
+            raise ValueError("general_rl: rewards.reward_model is weighted but the chain gave no reward model "
+                             "(run the reward_model stage: data.preferences or stages.reward_model.bring)")
+        scorer = RewardModelScorer(checkpoint_location(inputs.reward_model),
+                                   batch_size=config.reward_settings.reward_model_batch_size,
+                                   max_length=config.reward_settings.reward_model_max_length)
+    judge = build_judge(config.judge, inputs.model) if config.rewards.judge else None
+    reward_funcs, weights = stage_rewards(config.rewards.model_dump(), reward_settings(config, model, tokenizer, scorer, judge),
                                           chat=inputs.model.chat, tokenizer=tokenizer, model=model)
     trainer = KLMonitoredGRPOTrainer(model=model, reward_funcs=reward_funcs,
                                      train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows),

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from posttrain.config import STAGES, load_config
-from posttrain.prepared import STAGE_ROLES
+from posttrain.config import STAGE_TABLE, load_config
 
 EXAMPLES = sorted((ROOT / "configs" / "examples").glob("*.yaml"))
 
@@ -22,7 +21,6 @@ def test_example_config_validates_without_its_data(path: Path, tmp_path: Path):
     cfg = load_config(path, project_root=tmp_path)
     assert not any(tmp_path.iterdir())
     assert cfg.base.model != "embedded", "an example is for a real model"
-    for stage in STAGES:
-        needed = [r for r in STAGE_ROLES[stage] if r not in ("thinking", "non_reasoning")]
-        assert all(cfg.data.roles()[role] for role in needed), f"{path.name}: {stage} has no data"
+    for stage in STAGE_TABLE:
+        assert all(cfg.data.roles()[role] for role in stage.reads), f"{path.name}: {stage.name} has no data"
     assert cfg.data.suites(), f"{path.name}: no evaluation suite"

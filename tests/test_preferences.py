@@ -11,7 +11,6 @@ import pytest
 
 import published_shapes as shapes
 from posttrain.dataio import DatasetError
-from posttrain.preferences import NOT_CONSUMED
 
 USER = {"role": "user", "content": "What color is the sky?"}
 BLUE = {"role": "assistant", "content": "It is blue."}
@@ -54,7 +53,6 @@ def test_ultrafeedback_binarized_as_published_goes_in_through_the_config_alone(t
         assert (row["score_chosen"], row["score_rejected"]) == (published["score_chosen"], published["score_rejected"])
         assert row["prompt_id"] == published["prompt_id"] and "messages" not in row
     assert [r["language"] for r in role.rows] == ["en", "en", "zh"]
-    assert NOT_CONSUMED in role.notes
 
 
 def test_explicit_and_implicit_prompts_standard_and_conversational(tmp_path):
@@ -142,8 +140,9 @@ def test_prompt_transforms_are_refused_on_the_role(tmp_path):
         _load(tmp_path, None, "{path: p.jsonl, answer_from: {column: chosen, extract: boxed}}")
 
 
-def test_the_role_is_optional_prepared_content_addressed_and_read_by_no_stage(tmp_path):
-    from posttrain.prepared import STAGE_ROLES, prepare
+def test_the_role_is_optional_prepared_content_addressed_and_read_by_the_reward_model_stage_only(tmp_path):
+    from posttrain.config import STAGE_TABLE
+    from posttrain.prepared import prepare
 
     shapes.write_gsm8k(tmp_path / "data")
     shapes.write_ultrafeedback(tmp_path / "data")
@@ -151,17 +150,17 @@ def test_the_role_is_optional_prepared_content_addressed_and_read_by_no_stage(tm
                  "columns: {question: prompt}, answer_from: {column: answer, extract: gsm8k}}\n")
     without = _config(tmp_path, "{path: x.jsonl}", reasoning).model_copy(deep=True)
     without.data.preferences = []
-    assert "preferences" not in prepare(without, tmp_path / "p0", ("reasoning_rl",)).roles   # optional
+    assert "preferences" not in prepare(without, tmp_path / "p0", ("reasoning_rl", "reward_model")).roles   # optional
     cfg = _config(tmp_path, f"{{path: data/{shapes.ULTRAFEEDBACK_PATH}}}", reasoning)
-    prepared = prepare(cfg, tmp_path / "prepared", ("reasoning_rl",))
+    assert "preferences" not in prepare(cfg, tmp_path / "p1", ("reasoning_rl",)).roles   # no stage of the run reads it
+    prepared = prepare(cfg, tmp_path / "prepared", ("reasoning_rl", "reward_model"))
     ref = prepared.roles["preferences"]
     assert ref.rows == 3 and ref.path.endswith(f"preferences-{ref.md5[:12]}.jsonl") and ref.sources
-    assert not any("preferences" in roles for roles in STAGE_ROLES.values())
-    assert all("preferences" not in prepared.for_stage(stage) for stage in STAGE_ROLES)
-    assert NOT_CONSUMED in prepared.loaded["preferences"].notes
+    assert [stage.name for stage in STAGE_TABLE if "preferences" in stage.roles] == ["reward_model"]
+    assert prepared.for_stage("reward_model") == {"preferences": ref}
 
 
-def test_data_check_shows_the_role_and_says_it_is_not_consumed(tmp_path):
+def test_data_check_shows_the_role(tmp_path):
     shapes.write_ultrafeedback(tmp_path / "data")
     path = tmp_path / "cfg.yaml"
     path.write_text(f"data:\n  preferences: {{path: data/{shapes.ULTRAFEEDBACK_PATH}}}\n")
@@ -169,4 +168,4 @@ def test_data_check_shows_the_role_and_says_it_is_not_consumed(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "preferences" in done.stdout and "preference 3" in done.stdout
-    assert "read by no stage yet" in done.stdout and "train/eval overlap: 0 rows" in done.stdout
+    assert "train/eval overlap: 0 rows" in done.stdout

@@ -61,7 +61,7 @@ def test_the_chain_reads_on_one_screen():
 
 
 def test_every_stage_of_the_chain_has_a_recipe_and_the_embedded_pools_use_its_names():
-    """STAGE_CONFIGS is the one stage list: each name has stages/<name>.py (run, STAGE_VERSION), and
+    """STAGE_TABLE is the one stage list: each name has stages/<name>.py (run, STAGE_VERSION), and
     the embedded world's pool shares are keyed by those names (no second naming of the stages)."""
     import importlib
 

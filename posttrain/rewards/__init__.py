@@ -16,12 +16,14 @@ import unicodedata
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from posttrain.chat import ChatConfig, parse_response, to_canonical
 from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok, substantive
 from posttrain.rewards.code_judge import extract_code, run_tests, tests_of
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION
+from posttrain.rewards.judge import JUDGE_VERSION, make_judge_reward
+from posttrain.rewards.model_based import REWARD_MODEL_VERSION, make_reward_model_reward
 from posttrain.rewards.instruction import INSTRUCTION_VERSION, tokens
 from posttrain.rewards.instruction_guard import instruction_verdict
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
@@ -30,6 +32,7 @@ from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math
 
 RewardFn = Callable[..., list[float | None]]
 DIRECT_VERSION = "direct/2"   # direct_match
+OPEN_VERSION = "open/1"       # the independent check of an open-ended row: its constraints and answer
 TASK_REWARD_VERSION = "task/1"   # verify_row as a training reward: truncated replies score 0
 
 
@@ -148,6 +151,11 @@ class TaskKind:
     verify: Callable[[str, dict], tuple[float, str]]   # (whole reply, row) -> (score in [0, 1], reason)
     version: str
     reward: str   # the name of the training reward (in REWARDS) that pays this kind's verdict
+    also: tuple[str, ...] = ()   # other rewards that may pay the kind instead (model-based ones)
+
+    @property
+    def rewards(self) -> tuple[str, ...]:
+        return (self.reward, *self.also)
 
 
 def _verify_math(response: str, row: dict) -> tuple[float, str]:
@@ -190,11 +198,20 @@ def unguarded_code_rows(rows: list[dict]) -> str | None:
             "program that special-cases the shown tests from one that solves them") if shown else None
 
 
+def _verify_open(response: str, row: dict) -> tuple[float, str]:
+    """An open-ended row: training pays a reward model (posttrain.rewards.model_based); evaluation's
+    independent check is the row's constraints and answer, as an instruction row's."""
+    if not row.get("constraints"):
+        return 0.0, "no_check"
+    return _verify_instruction(response, row)
+
+
 TASKS: dict[str, TaskKind] = {
     "math": TaskKind(_verify_math, MATH_VERIFIER_VERSION, reward="correctness"),
     "direct": TaskKind(_verify_direct, DIRECT_VERSION, reward="correctness"),
     "instruction": TaskKind(_verify_instruction, INSTRUCTION_VERSION, reward="instruction"),
     "code": TaskKind(_verify_code, SANDBOX_VERSION, reward="code"),
+    "open": TaskKind(_verify_open, f"{OPEN_VERSION}+{INSTRUCTION_VERSION}", reward="reward_model", also=("judge",)),
 }
 TASK_KINDS: tuple[str, ...] = tuple(TASKS)
 
@@ -245,7 +262,7 @@ def truncated_flags(completion_ids, stop_ids: frozenset[int] | None, n: int) -> 
 
 
 def kinds_paid_by(reward: str) -> frozenset[str]:
-    return frozenset(kind for kind, task in TASKS.items() if task.reward == reward)
+    return frozenset(kind for kind, task in TASKS.items() if reward in task.rewards)
 
 
 def verify_batch(responses: list[str], rows: list[dict], truncated: list[bool]) -> list[tuple[float, str]]:
@@ -267,6 +284,9 @@ class RewardSettings:
     max_completion_length: int = 128
     overlong_cache: int = 32
     stop_ids: frozenset[int] | None = None
+    reward_model: Any = None                   # a posttrain.reward_model.RewardModelScorer
+    judge: Any = None                          # a posttrain.rewards.judge.Judge
+    reward_model_length_debias: bool = False
 
 
 def make_task_reward(name: str, settings: RewardSettings) -> RewardFn:
@@ -308,8 +328,16 @@ def _task_reward(name: str) -> Reward:
     return Reward(lambda settings: make_task_reward(name, settings), version, kinds)
 
 
+# Rewards computed by a model rather than a verdict: they score rows of the kinds they pay, and no
+# verdict statistic or evaluation-disagreement check applies to them.
+MODEL_REWARDS: dict[str, Reward] = {
+    "reward_model": Reward(make_reward_model_reward, REWARD_MODEL_VERSION, kinds_paid_by("reward_model")),
+    "judge": Reward(make_judge_reward, JUDGE_VERSION, kinds_paid_by("judge")),
+}
 REWARDS: dict[str, Reward] = {
-    **{name: _task_reward(name) for name in dict.fromkeys(task.reward for task in TASKS.values())},
+    **{name: _task_reward(name) for name in dict.fromkeys(task.reward for task in TASKS.values())
+       if name not in MODEL_REWARDS},
+    **MODEL_REWARDS,
     "format": Reward(lambda _: format_reward, FORMAT_VERSION),
     "mode": Reward(lambda _: mode, FORMAT_VERSION),
     "language_consistency": Reward(lambda _: language_consistency, LANGUAGE_VERSION),
@@ -334,9 +362,10 @@ def check_task_rewards(weights: dict[str, float], kinds: dict[str, int], where: 
         if task is None:
             raise MissingTaskReward(f"{where}: {count} rows of task kind {kind!r}, which has no verifier "
                                     f"(known kinds: {', '.join(TASKS)})")
-        if not weights.get(task.reward):
+        if not any(weights.get(name) for name in task.rewards):
+            named = " or ".join(f"rewards.{name}" for name in task.rewards)
             raise MissingTaskReward(f"{where}: {count} rows of kind {kind!r} and no weighted reward pays them: "
-                                    f"set rewards.{task.reward} > 0 (it is {weights.get(task.reward, 0)})")
+                                    f"set {named} > 0 (it is {weights.get(task.reward, 0)})")
 
 
 def build_rewards(weights: dict[str, float], settings: RewardSettings | None = None) -> tuple[list[RewardFn], list[float]]:

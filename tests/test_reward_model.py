@@ -1,0 +1,172 @@
+"""The reward model: trained on preference pairs with TRL's RewardTrainer by the reward_model stage,
+scored as general RL's `reward_model` reward on open-ended rows with the same rendering, normalised
+per group, and watched for Goodhart (its score rising while the independent check falls)."""
+import json
+import random
+
+import pytest
+
+from posttrain.config import RLAlertsConfig, RewardModelConfig
+from posttrain.rewards.model_based import CHECKED, RAW_SCORE, normalise_groups
+
+pytestmark = pytest.mark.timeout(600)
+WORDS = ["cat", "dog", "sun", "tree", "book", "lamp", "rain", "star", "fish", "bird", "door", "moon"]
+
+
+def _pairs(n: int, seed: int) -> list[dict]:
+    """Conversational pairs whose chosen reply starts with "good", the rejected one with "bad!"
+    (same length): a property a tiny reward model learns in a few steps."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        word = f"{rng.choice(WORDS)} {rng.choice(WORDS)} {i}"
+        rows.append({"prompt": [{"role": "user", "content": f"Describe {word}."}],
+                     "chosen": [{"role": "assistant", "content": f"good {word}"}],
+                     "rejected": [{"role": "assistant", "content": f"bad! {word}"}],
+                     "score_chosen": 8.0, "score_rejected": 3.0, "language": "en"})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def init_model(tokenizer, tmp_path_factory):
+    """A tiny causal LM directory (the reward model starts from it, as from base.student)."""
+    from posttrain.schema import CheckpointRef
+    from posttrain.world.model import Architecture, build_model
+
+    out = tmp_path_factory.mktemp("init")
+    model = build_model(Architecture(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                     intermediate_size=64), tokenizer, seed=0)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return CheckpointRef(path=str(out), digest="init")
+
+
+@pytest.fixture(scope="module")
+def trained(init_model, tmp_path_factory):
+    """The reward_model stage run on 160 pairs: (result, held-out pairs, config)."""
+    from posttrain.dataio import dataset_ref, write_jsonl
+    from posttrain.reward_model import split_pairs
+    from posttrain.schema import StageInputs
+    from stages import reward_model
+
+    work = tmp_path_factory.mktemp("rm")
+    rows = _pairs(160, 0)
+    write_jsonl(rows, work / "preferences.jsonl")
+    config = RewardModelConfig(held_out=0.2, trainer={"learning_rate": 3e-3, "epochs": 3, "batch_size": 16,
+                                                      "threads": 2, "max_length": 64})
+    inputs = StageInputs(work_dir=str(work / "stage"), parent=init_model, reward_model=init_model, seed=0,
+                         data={"preferences": dataset_ref(work / "preferences.jsonl", name="preferences")})
+    result = reward_model.run(config, inputs)
+    return result, split_pairs(rows, config.held_out, 0)[1], config
+
+
+def test_the_stage_trains_with_reward_trainer_and_measures_held_out_pairs(trained, init_model):
+    result, held, _ = trained
+    metrics = result.train_metrics
+    assert result.checkpoint == init_model and result.reward_model is not None   # the policy passes through
+    assert 20 <= metrics["held_out_pairs"] == len(held) < 60 and metrics["training_pairs"] == 160 - len(held)
+    assert metrics["pairwise_accuracy"] >= 0.9 and metrics["mean_margin"] > 0
+    assert "length_correlation" in metrics and "loss" in metrics
+
+
+def test_a_pair_scored_through_the_grpo_path_equals_its_reward_trainer_score(trained, tokenizer):
+    """The same token ids as RewardTrainer's tokenisation, and the same score from the GRPO reward
+    (raw, before per-group normalisation) as from the trained head on RewardTrainer's own batch."""
+    import torch
+    from trl import RewardConfig, RewardTrainer
+    from datasets import Dataset
+
+    from posttrain.reward_model import RewardModelScorer, render, side
+    from posttrain.rewards.model_based import make_reward_model_reward
+    from posttrain.rewards import RewardSettings
+
+    result, held, _ = trained
+    scorer = RewardModelScorer(result.reward_model.path, batch_size=4)
+    pair = held[0]
+    ours = render(scorer.tokenizer, side(pair, "chosen"))
+    reference = RewardTrainer(model=scorer.model, args=RewardConfig(output_dir="/tmp/unused-rm", report_to="none",
+                                                                    use_cpu=True),
+                              train_dataset=Dataset.from_list([{k: pair[k] for k in ("prompt", "chosen", "rejected")}]),
+                              processing_class=scorer.tokenizer)
+    theirs = reference.train_dataset[0]["chosen_ids"]
+    assert ours == list(theirs)
+    batch = reference.data_collator([reference.train_dataset[0]])
+    with torch.no_grad():
+        head = scorer.model(input_ids=batch["input_ids"][:1], attention_mask=batch["attention_mask"][:1]).logits[0, 0].item()
+    logged = {}
+    reward = make_reward_model_reward(RewardSettings(reward_model=scorer))
+    task = [json.dumps({"kind": "open", "prompt": pair["prompt"]})] * 2
+    reward([pair["chosen"], pair["rejected"]], task=task, log_metric=logged.__setitem__)
+    raw_pair = scorer.scores([side(pair, "chosen"), side(pair, "rejected")])
+    assert raw_pair[0] == pytest.approx(head, abs=1e-5)
+    assert logged[RAW_SCORE] == pytest.approx(sum(raw_pair) / 2, abs=1e-5)
+
+
+def test_as_the_only_reward_it_varies_within_groups_and_orders_them_by_score(trained):
+    """What GRPO turns into advantages: per group, z-scores in the order of the model's scores;
+    rows of other kinds get None (their own rules pay them)."""
+    from posttrain.reward_model import RewardModelScorer
+    from posttrain.rewards import RewardSettings
+    from posttrain.rewards.model_based import make_reward_model_reward
+
+    result, held, _ = trained
+    scorer = RewardModelScorer(result.reward_model.path)
+    reward = make_reward_model_reward(RewardSettings(reward_model=scorer, num_generations=4))
+    completions, task = [], []
+    for pair in held[:3]:
+        word = pair["chosen"][0]["content"].removeprefix("good ")
+        for reply in (f"good {word}", f"bad! {word}", f"good {word} {word}", f"meh. {word}"):
+            completions.append([{"role": "assistant", "content": reply}])
+            task.append(json.dumps({"kind": "open", "prompt": pair["prompt"]}))
+    completions.append([{"role": "assistant", "content": "4"}])
+    task.append(json.dumps({"kind": "math", "answer": "4", "prompt": "2+2"}))
+    values = reward(completions, task=task)
+    raw = scorer.scores([json.loads(t)["prompt"] + c for t, c in zip(task[:-1], completions[:-1])])
+    assert values[-1] is None
+    for g in range(3):
+        group, scores = values[4 * g:4 * g + 4], raw[4 * g:4 * g + 4]
+        assert max(group) - min(group) > 1.0                           # varies: an advantage to learn from
+        assert sorted(range(4), key=group.__getitem__) == sorted(range(4), key=scores.__getitem__)
+        assert sum(group) == pytest.approx(0, abs=1e-6)
+        assert group[0] > group[1]                                      # "good" above "bad!"
+
+
+def test_group_normalisation_truncation_and_length_debias():
+    groups = ["a"] * 4 + ["b"] * 3
+    finished = [True, True, True, False, True, True, True]
+    scores = [1.0, 2.0, 3.0, 100.0, 5.0, 5.0, 5.0]
+    out = normalise_groups(scores, groups, finished, [1] * 7)
+    assert out[:3] == pytest.approx([-1.2247, 0.0, 1.2247], abs=1e-4)
+    assert out[3] == min(out[:3])                  # cut off at the budget: never above a finished reply
+    assert out[4:] == [0.0, 0.0, 0.0]              # no spread, no signal
+    # Scores that only follow length: nothing left once the line in length is removed.
+    lengths = [10, 20, 30, 40]
+    biased = [0.5 * n + 1 for n in lengths]
+    assert normalise_groups(biased, ["g"] * 4, [True] * 4, lengths, length_debias=True) == pytest.approx([0.0] * 4, abs=1e-6)
+    assert normalise_groups(biased, ["g"] * 4, [True] * 4, lengths)[3] > 1.0
+
+
+def test_goodhart_alert_fires_when_the_score_rises_while_the_check_falls():
+    from posttrain.rl import RLAlerts
+
+    alerts = RLAlerts(RLAlertsConfig(goodhart_window=6, goodhart_drop=0.05), log=lambda _: None)
+    fired = [alerts.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.6 - 0.03 * step}) for step in range(6)]
+    assert not any(fired[:5]) and [kind for kind, _ in fired[5]] == ["goodhart"]
+    honest = RLAlerts(RLAlertsConfig(goodhart_window=6), log=lambda _: None)
+    assert not any(honest.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.3 + 0.03 * step}) for step in range(12))
+
+
+def test_a_weighted_reward_model_without_one_is_refused_naming_the_field(tmp_path):
+    from conftest import config_error
+
+    message = config_error(tmp_path, "stages:\n  general_rl:\n    rewards: {instruction: 1.0, reward_model: 0.5}\n")
+    assert "stages.general_rl.rewards.reward_model is 0.5" in message and "data.preferences" in message
+
+
+def test_without_a_reward_model_configured_the_stage_is_skipped_and_general_rl_scores_no_open_rows():
+    from posttrain.config import STAGE_BY_NAME, PipelineConfig
+
+    cfg = PipelineConfig()
+    assert STAGE_BY_NAME["reward_model"].skipped_unless(cfg)
+    brought = PipelineConfig(stages={"reward_model": {"bring": "some/rm"}})
+    assert STAGE_BY_NAME["reward_model"].skipped_unless(brought) is None
