@@ -23,8 +23,8 @@ from pathlib import Path
 
 from posttrain.chat import assemble_response, parse_response
 from posttrain.config import PipelineConfig
-from posttrain.dataio import DatasetError, file_md5, write_jsonl
-from posttrain.sources import SourceConfig, read_source
+from posttrain.data.files import DatasetError, file_md5, write_jsonl
+from posttrain.data.sources import SourceConfig, read_source
 from posttrain.world.reflection import answer_only, with_check
 from posttrain.world.tasks import render_reasoning
 

@@ -71,7 +71,7 @@ def main() -> None:
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     posttrain = str(Path(sys.executable).with_name("posttrain"))
     prepare = [sys.executable, "-c", "import sys; from pathlib import Path; from posttrain.config import load_config; "
-               "from posttrain.prepared import prepare; prepare(load_config(sys.argv[1]), Path(sys.argv[2]))",
+               "from posttrain.data.prepared import prepare; prepare(load_config(sys.argv[1]), Path(sys.argv[2]))",
                str(config_path), str(root / "runs" / "prepared")]
     results = {"rows": args.rows, "file_mib": round((root / "data" / "numina.parquet").stat().st_size / 2**20, 1),
                "data_check": timed([posttrain, "data", "check", "--config", str(config_path)], root),

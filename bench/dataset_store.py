@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=1.1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    from posttrain.datasets import DatasetStore
+    from posttrain.data.store import DatasetStore
 
     track, restore = [], []
     with tempfile.TemporaryDirectory() as tmp:

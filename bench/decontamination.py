@@ -1,4 +1,4 @@
-"""Decontamination benchmark: how long the n-gram check (posttrain.decontamination) takes on a
+"""Decontamination benchmark: how long the n-gram check (posttrain.data.decontamination) takes on a
 synthetic 100k-row training set against a few thousand evaluation items, and what it finds.
 
 The text is generated: words drawn from a vocabulary of 30,000 weighted as English words are
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from posttrain.decontamination import DecontaminationConfig, EvalIndex, decontaminate, find_contamination  # noqa: E402
-from posttrain.sources import RoleData  # noqa: E402
+from posttrain.data.decontamination import DecontaminationConfig, EvalIndex, decontaminate, find_contamination  # noqa: E402
+from posttrain.data.sources import RoleData  # noqa: E402
 
 STOCK = ["Find the value of $x$ such that", "Enter your answer in the form", "Express your answer as a common fraction.",
          "What is the smallest positive integer", "How many ways are there to", "Compute the sum of all",
@@ -129,7 +129,7 @@ def write(result: dict, path: Path) -> None:
     path.write_text(f"""# Decontamination: n-gram check on a synthetic 100k-row set
 
 `bench/decontamination.py --rows {r['rows']} --items {r['items']} --planted {r['planted']} --seed {r['seed']}`
-(posttrain.decontamination, default settings: 8- to 13-grams, max_overlap 0.5), one process, on
+(posttrain.data.decontamination, default settings: 8- to 13-grams, max_overlap 0.5), one process, on
 {platform.machine()} with {os.cpu_count()} CPUs (load average {r['load']:.1f} when it started: a shared
 machine), Python {platform.python_version()}.
 

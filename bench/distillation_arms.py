@@ -33,7 +33,7 @@ from stage_data import prepared_data, stage_inputs  # noqa: E402
 
 from posttrain.checkpoint import directory_digest, load_checkpoint, save_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.dataio import read_jsonl  # noqa: E402
+from posttrain.data.files import read_jsonl  # noqa: E402
 from posttrain.evaluation import evaluate  # noqa: E402
 from posttrain.gates import paired_interval  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402

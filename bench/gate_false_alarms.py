@@ -52,7 +52,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def train_and_evaluate(cfg, seeds: list[int], epochs: float, out: Path) -> dict[int, EvalResult]:
     from flows.chain import base_checkpoint
     from posttrain.evaluation import evaluate
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import ensure_world
     from stages import cold_start_sft

@@ -196,7 +196,7 @@ def run(device: str, out: Path, hidden: int, layers: int, sft_steps: int, rl_ste
 
         from posttrain.checkpoint import directory_digest
         from posttrain.config import load_config
-        from posttrain.prepared import prepare
+        from posttrain.data.prepared import prepare
         from posttrain.schema import CheckpointRef, StageInputs
         from stages import cold_start_sft, reasoning_rl
         from tests.userdata import build_model, build_tokenizer, write_config, write_datasets

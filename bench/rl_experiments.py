@@ -263,7 +263,7 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
 
     from posttrain.checkpoint import save_checkpoint
     from posttrain.config import SFTTrainerConfig
-    from posttrain.dataio import read_jsonl
+    from posttrain.data.files import read_jsonl
     from posttrain.generation import generate_replies
     from posttrain.trainers import require_rows, sft_args, sft_dataset
     from stages.rejection_sampling import rejection_reason

@@ -33,7 +33,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from posttrain.chat import with_switch  # noqa: E402
 from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
-from posttrain.dataio import read_jsonl  # noqa: E402
+from posttrain.data.files import read_jsonl  # noqa: E402
 from posttrain.rl import StageGRPOTrainer  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 

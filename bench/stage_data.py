@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from posttrain.config import PipelineConfig
-from posttrain.dataio import read_jsonl
+from posttrain.data.files import read_jsonl
 from posttrain.evaluation import by_field
 from posttrain.generation import Generation, generate_replies
-from posttrain.prepared import PreparedData, load_suites, prepare
+from posttrain.data.prepared import PreparedData, load_suites, prepare
 from posttrain.schema import CheckpointRef, StageInputs
 
 # The held-out math suite the benches report on (`math/accuracy`, ...): the default config's name.

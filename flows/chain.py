@@ -18,7 +18,7 @@ from flows.tasks import call_cached, code_state, evaluate_checkpoint, run_stage
 from posttrain.config import STAGE_BY_NAME, STAGE_TABLE, STAGES, PipelineConfig, config_hash
 from posttrain.env import machine
 from posttrain.gates import carried_checks, judge
-from posttrain.prepared import PreparedData, prepare
+from posttrain.data.prepared import PreparedData, prepare
 from posttrain.registry import Registry
 from posttrain.report import write_report
 from posttrain.schema import CheckpointRef, EvalResult, GateVerdict, RunReport, StageEntry, StageInputs, StageResult

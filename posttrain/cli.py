@@ -50,16 +50,16 @@ def _cmd_data(args) -> int:
     from posttrain.config import load_config
 
     if args.action == "add":
-        from posttrain.datasets import track_user_data
+        from posttrain.data.store import track_user_data
 
         for path in args.paths:
             print(track_user_data(Path(path).absolute(), PROJECT_ROOT))
         return 0
-    from posttrain.prepared import load_all, missing_roles
-    from posttrain.decontamination import summary as overlap_summary
-    from posttrain.code_references import data_check_lines
-    from posttrain.code_test_forms import code_notes
-    from posttrain.sources import role_summary
+    from posttrain.data.prepared import load_all, missing_roles
+    from posttrain.data.decontamination import summary as overlap_summary
+    from posttrain.data.code_references import data_check_lines
+    from posttrain.data.code_tests import code_notes
+    from posttrain.data.sources import role_summary
 
     cfg = load_config(args.config)
     loaded = load_all(cfg, require=False)
@@ -520,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_offline()
     args = build_parser().parse_args(argv)
     from posttrain.config import ConfigError
-    from posttrain.dataio import DatasetError
+    from posttrain.data.files import DatasetError
 
     errors: tuple[type[BaseException], ...] = (ConfigError, DatasetError, FileNotFoundError, CLIError)
     if args.func is _cmd_data:

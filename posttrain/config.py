@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from posttrain.chat import ChatConfig
 from posttrain.schema import ModelSettings
 from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metrics
-from posttrain.sources import SourceConfig, TaskKind, _as_list
+from posttrain.data.sources import SourceConfig, TaskKind, _as_list
 from posttrain.stage import Stage
-from posttrain.decontamination import DecontaminationConfig
+from posttrain.data.decontamination import DecontaminationConfig
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
@@ -127,7 +127,7 @@ class EvalSuiteConfig(Strict):
 
 
 class DataConfig(Strict):
-    """Where each role of the pipeline gets its rows (posttrain.sources): one source or a list."""
+    """Where each role of the pipeline gets its rows (posttrain.data.sources): one source or a list."""
 
     cold_start: list[SourceConfig] = []            # SFT: long-CoT traces (think block, answer)
     reasoning_prompts: list[SourceConfig] = []     # reasoning RL: prompts with gold answers
@@ -136,7 +136,7 @@ class DataConfig(Strict):
     non_reasoning: list[SourceConfig] = []         # fusion: non-thinking SFT (direct answers, instructions)
     general_prompts: list[SourceConfig] = []       # general RL: prompts of any kind
     distillation_prompts: list[SourceConfig] = []  # distillation: prompts the teacher answers
-    preferences: list[SourceConfig] = []           # preference pairs (posttrain.preferences): the reward model's
+    preferences: list[SourceConfig] = []           # preference pairs (posttrain.data.preferences): the reward model's
     eval: list[EvalSuiteConfig] = []
     decontamination: DecontaminationConfig = DecontaminationConfig()   # training rows vs eval items (n-grams)
 

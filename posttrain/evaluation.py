@@ -13,7 +13,7 @@ import torch
 
 from posttrain.chat import parse_response
 from posttrain.config import EvalSuiteConfig, PipelineConfig
-from posttrain.dataio import read_jsonl
+from posttrain.data.files import read_jsonl
 from posttrain.generation import Generation, generate_replies, load_generator, release
 from posttrain.metrics import IFEVAL_ACCURACIES, PER_LANGUAGE, suite_metrics
 from posttrain.rewards import prompt_text, verify_row
@@ -51,7 +51,7 @@ def suite_rows(cfg: PipelineConfig, files: dict[str, DatasetRef] | None = None) 
     """Normalised rows of every suite: from prepared files, or loaded from the sources now."""
     if files is not None:
         return {name: read_jsonl(Path(ref.path)) for name, ref in files.items()}
-    from posttrain.prepared import load_suites
+    from posttrain.data.prepared import load_suites
 
     return load_suites(cfg)
 

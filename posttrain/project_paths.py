@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-# What marks a folder as a data store `DatasetStore` created (posttrain.datasets): this file, written
+# What marks a folder as a data store `DatasetStore` created (posttrain.data.store): this file, written
 # before its `git init` (so a run killed before the first commit leaves a store still known as one),
 # or, for stores made before the file existed, the store's first commit.
 STORE_MARKER = ".posttrain-data-store"

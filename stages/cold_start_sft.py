@@ -13,7 +13,7 @@ from trl import SFTTrainer
 
 from posttrain.checkpoint import load_checkpoint
 from posttrain.config import ColdStartSFTConfig
-from posttrain.dataio import read_jsonl
+from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import (numeric_log, peft_config, processes, require_rows, resume_point, save_trained, sft_args,

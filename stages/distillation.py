@@ -14,8 +14,8 @@ from trl import SFTTrainer
 from posttrain.chat import render_prompt, without_thinking
 from posttrain.checkpoint import load_checkpoint, save_checkpoint
 from posttrain.config import DistillationStageConfig
-from posttrain.dataio import read_jsonl, write_jsonl
-from posttrain.datasets import store_for
+from posttrain.data.files import read_jsonl, write_jsonl
+from posttrain.data.store import store_for
 from posttrain.generation import generate_replies, load_generator, release
 from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row

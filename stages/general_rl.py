@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from posttrain.checkpoint import checkpoint_location, load_checkpoint
-from posttrain.code_test_forms import forgeable_code_rows
+from posttrain.data.code_tests import forgeable_code_rows
 from posttrain.config import GeneralRLConfig
-from posttrain.dataio import read_jsonl
+from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.reward_model import RewardModelScorer
 from posttrain.rewards.judge import build_judge

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from posttrain.checkpoint import load_checkpoint
-from posttrain.code_test_forms import forgeable_code_rows
+from posttrain.data.code_tests import forgeable_code_rows
 from posttrain.config import ReasoningRLConfig
-from posttrain.dataio import read_jsonl
+from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
 from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record

@@ -13,8 +13,8 @@ import torch
 
 from posttrain.chat import parse_response
 from posttrain.config import RejectionSamplingConfig
-from posttrain.dataio import read_jsonl, write_jsonl
-from posttrain.datasets import store_for
+from posttrain.data.files import read_jsonl, write_jsonl
+from posttrain.data.store import store_for
 from posttrain.generation import generate_replies, load_generator, release
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row
 from posttrain.rewards.format import format_ok, mode_ok

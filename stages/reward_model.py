@@ -13,7 +13,7 @@ import torch
 
 from posttrain.checkpoint import checkpoint_location, seal
 from posttrain.config import RewardModelConfig
-from posttrain.dataio import read_jsonl
+from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.reward_model import REWARD_MODEL_VERSION, RewardModelScorer, pair_metrics, split_pairs
 from posttrain.schema import CheckpointRef, StageInputs, StageResult

@@ -45,9 +45,9 @@ def tokenizer(tmp_path_factory):
 
 
 def overlaps(train: dict[str, list[dict]], evals: dict[str, list[dict]]) -> list:
-    """The run's contamination check (posttrain.decontamination, default settings) on plain rows."""
-    from posttrain.decontamination import DecontaminationConfig, find_contamination
-    from posttrain.sources import RoleData
+    """The run's contamination check (posttrain.data.decontamination, default settings) on plain rows."""
+    from posttrain.data.decontamination import DecontaminationConfig, find_contamination
+    from posttrain.data.sources import RoleData
 
     def wrap(rows_by_name):
         return {name: RoleData(rows=rows) for name, rows in rows_by_name.items()}
@@ -58,7 +58,7 @@ def cold_start_inputs(tmp_path: Path, run: str):
     """The smoke world's cold-start stage, ready to launch: (config, parent checkpoint, StageInputs)
     working under tmp_path/runs/<run>/cold_start_sft."""
     from posttrain.config import load_config
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint, ensure_world
 

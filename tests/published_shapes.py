@@ -313,7 +313,7 @@ def write_nemotron(root: Path) -> Path:
     return _jsonl(root / "Llama-Nemotron" / "SFT" / "chat.jsonl", NEMOTRON)
 
 
-# ---------------------------------------------------------------- code tests as published (code_test_forms)
+# ---------------------------------------------------------------- code tests as published (posttrain.data.code_tests)
 
 # google-research-datasets/mbpp (full): task_id int32, text, code, test_list [str], test_setup_code,
 # challenge_test_list [str]; the last row's `in` comparison is no call and literal (a forgeable test)

@@ -9,8 +9,8 @@ import pytest
 
 from posttrain.chat import assemble_response
 from posttrain.config import load_config
-from posttrain.dataio import DatasetError
-from posttrain.sources import load_role
+from posttrain.data.files import DatasetError
+from posttrain.data.sources import load_role
 from posttrain.world import tasks
 from posttrain.world.build import _trace
 

@@ -536,7 +536,7 @@ def test_generated_attacks_pay_nothing():
 
 def test_code_rows_that_hold_no_test_out_are_named_in_data_check_and_the_stage_alerts():
     from posttrain.rewards import unguarded_code_rows
-    from posttrain.sources import role_summary
+    from posttrain.data.sources import role_summary
 
     shown = {"kind": "code", "prompt": [{"role": "user", "content": "double it"}],
              "tests": [{"input": "2", "output": "4"}]}

@@ -1,4 +1,4 @@
-"""Code tests in their published forms (posttrain.code_test_forms): which asserts become a call judged
+"""Code tests in their published forms (posttrain.data.code_tests): which asserts become a call judged
 in the parent and which stay forgeable programs, the parts the child runs around the candidate
 (prelude, setup) and the comparisons a case may ask for (rewards/code_cases.py), forgeable tests
 refused unless a source accepts them and then counted everywhere data is reported, reference
@@ -17,8 +17,8 @@ import pytest
 
 import published_shapes as shapes
 import test_code_attacks as attacks
-from posttrain.code_test_forms import FORMS, assert_to_case
-from posttrain.dataio import DatasetError
+from posttrain.data.code_tests import FORMS, assert_to_case
+from posttrain.data.files import DatasetError
 from posttrain.rewards.code_judge import code_execution, run_tests
 from posttrain.rewards.code_judge import test_problem as case_problem
 
@@ -84,7 +84,7 @@ def _mbpp_config(tmp_path, extra: str) -> str:
 
 def _load(tmp_path, text: str):
     from posttrain.config import load_config
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     (tmp_path / "config.yaml").write_text(text)
     cfg = load_config(tmp_path / "config.yaml", project_root=tmp_path)
@@ -93,10 +93,10 @@ def _load(tmp_path, text: str):
 
 @isolated
 def test_forgeable_tests_are_refused_unless_accepted_and_then_named_in_data_check_alerts_and_the_card(tmp_path):
-    from posttrain.code_test_forms import forgeable_code_rows
+    from posttrain.data.code_tests import forgeable_code_rows
     from posttrain.report import render_markdown
     from posttrain.schema import RunReport
-    from posttrain.sources import role_summary
+    from posttrain.data.sources import role_summary
 
     with pytest.raises(DatasetError, match=r"train-00000-of-00001.parquet row 3: column 'test_list' item 0: "
                                            r"'assert pick_between\(1, 5\) in range\(1, 6\)'.*"
@@ -139,7 +139,7 @@ def test_forgeable_tests_are_refused_unless_accepted_and_then_named_in_data_chec
 
 @isolated
 def test_data_check_runs_the_reference_solutions_caches_them_and_refuses_a_row_whose_reference_fails(tmp_path):
-    from posttrain.code_references import data_check_lines
+    from posttrain.data.code_references import data_check_lines
 
     taco = shapes.write_taco(tmp_path / "data").relative_to(tmp_path)
     text = _mbpp_config(tmp_path, ", forgeable_tests: run_in_child").replace("stages:", (

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from posttrain.dataio import DatasetError
-from posttrain.sources import SourceConfig, load_role
+from posttrain.data.files import DatasetError
+from posttrain.data.sources import SourceConfig, load_role
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "row-content-that-must-not-be-echoed"

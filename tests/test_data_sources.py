@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from posttrain.dataio import DatasetError
+from posttrain.data.files import DatasetError
 from conftest import overlaps
-from posttrain.sources import SourceConfig, load_role
+from posttrain.data.sources import SourceConfig, load_role
 
 MATH_ROWS = [{"question": f"What is {i} plus 2?", "gold": str(i + 2)} for i in range(6)]
 

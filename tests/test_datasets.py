@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posttrain.datasets import DatasetMissingError, DatasetStore
+from posttrain.data.store import DatasetMissingError, DatasetStore
 from posttrain.schema import DatasetRef
 
 
@@ -178,7 +178,7 @@ def test_concurrent_track_from_two_processes(tmp_path):
         """
         import json, sys, time
         from pathlib import Path
-        from posttrain.datasets import DatasetStore
+        from posttrain.data.store import DatasetStore
         root, remote, tag, src_dir = sys.argv[1:5]
         store = DatasetStore(Path(root), Path(remote))
         (Path(src_dir) / f"ready-{tag}").touch()
@@ -243,7 +243,7 @@ def test_a_killed_calls_stale_git_lock_is_removed_and_the_next_track_works(store
         store.track(_write_jsonl(tmp_path / "b.jsonl", rows=20, seed=1), "b.jsonl")
     monkeypatch.undo()
 
-    with caplog.at_level("WARNING", logger="posttrain.datasets"):
+    with caplog.at_level("WARNING", logger="posttrain.data.store"):
         ref = store.track(_write_jsonl(tmp_path / "b.jsonl", rows=20, seed=2), "b.jsonl")
     assert not index_lock.exists()
     assert any("removed .git/index.lock" in r.getMessage() for r in caplog.records), caplog.text

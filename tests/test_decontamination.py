@@ -1,4 +1,4 @@
-"""Decontamination beyond exact text (posttrain.decontamination): a MATH-style training file holding
+"""Decontamination beyond exact text (posttrain.data.decontamination): a MATH-style training file holding
 a MATH-500 problem with its spacing, LaTeX spacing and one word changed is caught, named by role,
 file, row and suite item, and refused (or dropped and counted with `action: drop`); a different
 problem sharing stock phrases is not; the embedded world stays clean."""
@@ -11,9 +11,9 @@ import yaml
 
 import published_shapes as shapes
 from conftest import ROOT, config_error
-from posttrain.dataio import DatasetError
-from posttrain.decontamination import DecontaminationConfig, EvalIndex, find_contamination, tokens_of
-from posttrain.sources import RoleData
+from posttrain.data.files import DatasetError
+from posttrain.data.decontamination import DecontaminationConfig, EvalIndex, find_contamination, tokens_of
+from posttrain.data.sources import RoleData
 
 POLAR = shapes.MATH500[0]["problem"]   # "Convert the point $(0,3)$ in rectangular coordinates to polar ..."
 # The same problem as a training file might hold it: other spacing, LaTeX spacing and sizing, \leq for
@@ -78,7 +78,7 @@ def test_an_edited_math500_problem_is_caught_and_a_problem_sharing_phrases_is_no
 
 
 def test_contamination_is_refused_naming_role_file_row_suite_item_and_the_setting(tmp_path):
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     with pytest.raises(DatasetError) as err:
         load_all(_project(tmp_path), require=False)
@@ -91,7 +91,7 @@ def test_contamination_is_refused_naming_role_file_row_suite_item_and_the_settin
 
 
 def test_drop_removes_the_contaminated_rows_counts_them_and_keeps_the_rest(tmp_path):
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     loaded = load_all(_project(tmp_path, "  decontamination: {action: drop}\n"), require=False)
     role = loaded["reasoning_prompts"]
@@ -105,7 +105,7 @@ def test_drop_counts_every_upsampled_copy_and_the_prepared_lineage_says_so(tmp_p
     import json
 
     from posttrain.config import load_config
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
 
     shapes.write_math500(tmp_path / "data")
     # "If $2x = 1$, what is $x$?" (MATH-500 item 1) is 8 tokens: the row below holds all of it.
@@ -172,7 +172,7 @@ def test_a_stricter_threshold_or_shorter_ngrams_are_settings():
 def test_the_embedded_world_is_clean_under_the_default_settings(tmp_path):
     from conftest import write_smoke_config
     from posttrain.config import load_config
-    from posttrain.sources import SourceConfig, load_role
+    from posttrain.data.sources import SourceConfig, load_role
     from posttrain.world.build import EVAL_FILES, ROLE_FILES, WorldPaths, build_data
 
     cfg = load_config(write_smoke_config(tmp_path))

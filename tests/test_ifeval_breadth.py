@@ -269,7 +269,7 @@ def test_rlvr_functions_keep_open_instructs_meaning(func, args, good, bad):
 
 def _load(tmp_path, yaml_text: str) -> dict:
     from posttrain.config import load_config
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     (tmp_path / "config.yaml").write_text(yaml_text)
     return load_all(load_config(tmp_path / "config.yaml", project_root=tmp_path), require=False)
@@ -296,7 +296,7 @@ def test_rlvr_ifeval_is_read_through_the_config_alone(tmp_path):
 
 
 def test_an_unknown_ifevalg_function_is_refused_naming_file_row_and_column(tmp_path):
-    from posttrain.dataio import DatasetError
+    from posttrain.data.files import DatasetError
 
     rows = [*shapes.RLVR_IFEVAL, shapes._rlvr("Write a haiku.", shapes._ground_truth("validate_haiku"), "Haiku", "")]
     shapes.write_rlvr_ifeval(tmp_path / "data", rows)

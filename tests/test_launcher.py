@@ -149,7 +149,7 @@ def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
     """Reasoning RL as a 2-process torchrun job; rank 1 is killed after the first in-stage
     checkpoint: the stage fails naming rank 1 and SIGKILL; the rerun starts from that checkpoint."""
     from posttrain.launcher import launch
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint, ensure_world
 

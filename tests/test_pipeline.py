@@ -112,7 +112,7 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     assert not leaked, leaked
 
     # produced datasets are DVC-tracked and restorable
-    from posttrain.datasets import DatasetStore
+    from posttrain.data.store import DatasetStore
     from posttrain.schema import DatasetRef
 
     ref = DatasetRef(**stages["mode_fusion_sft"]["datasets"][0])

@@ -1,4 +1,4 @@
-"""The `preferences` data role (posttrain.preferences): TRL's preference formats, explicit and
+"""The `preferences` data role (posttrain.data.preferences): TRL's preference formats, explicit and
 implicit prompt, standard and conversational, go in through the config alone (UltraFeedback-
 binarized as published among them), normalised to TRL's explicit-prompt form; bad pairs are refused
 naming file, row or line, and column; the role is optional, prepared, and said to be read by no
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import published_shapes as shapes
-from posttrain.dataio import DatasetError
+from posttrain.data.files import DatasetError
 
 USER = {"role": "user", "content": "What color is the sky?"}
 BLUE = {"role": "assistant", "content": "It is blue."}
@@ -26,7 +26,7 @@ def _config(tmp_path, source: str, extra: str = "") -> object:
 
 
 def _load(tmp_path, rows: list[dict] | None = None, source: str = "{path: p.jsonl}", extra: str = "") -> list[dict]:
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     if rows is not None:
         (tmp_path / "p.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
@@ -40,7 +40,7 @@ def _refused(tmp_path, rows: list[dict], source: str = "{path: p.jsonl}") -> str
 
 
 def test_ultrafeedback_binarized_as_published_goes_in_through_the_config_alone(tmp_path):
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     shapes.write_ultrafeedback(tmp_path / "data")
     loaded = load_all(_config(tmp_path, f"{{path: data/{shapes.ULTRAFEEDBACK_PATH}}}"), require=False)
@@ -114,7 +114,7 @@ def test_bad_pairs_are_refused_naming_file_line_and_column(tmp_path, case, row, 
 
 
 def test_a_tie_is_kept_and_the_two_refusals_may_be_dropped_and_counted(tmp_path):
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     rows = [{"prompt": [USER], "chosen": [BLUE], "rejected": [GREEN], "score_chosen": 5.0, "score_rejected": 5.0},
             {"prompt": [USER], "chosen": [BLUE], "rejected": [BLUE]},
@@ -142,7 +142,7 @@ def test_prompt_transforms_are_refused_on_the_role(tmp_path):
 
 def test_the_role_is_optional_prepared_content_addressed_and_read_by_the_reward_model_stage_only(tmp_path):
     from posttrain.config import STAGE_TABLE
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
 
     shapes.write_gsm8k(tmp_path / "data")
     shapes.write_ultrafeedback(tmp_path / "data")

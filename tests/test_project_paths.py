@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 from posttrain.config import ConfigError, load_config
-from posttrain.datasets import DatasetStore
+from posttrain.data.store import DatasetStore
 
 
 def _config(tmp_path, paths: str):

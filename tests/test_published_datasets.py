@@ -9,13 +9,13 @@ import pytest
 
 import published_shapes as shapes
 from posttrain.chat import assemble_response, parse_response
-from posttrain.dataio import DatasetError
+from posttrain.data.files import DatasetError
 from posttrain.rewards import verify_row
 
 
 def _load(tmp_path, yaml_text: str) -> dict:
     from posttrain.config import load_config
-    from posttrain.prepared import load_all
+    from posttrain.data.prepared import load_all
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml_text)
@@ -338,7 +338,7 @@ def test_an_unquoted_yaml_boolean_as_a_value_map_key_is_refused(tmp_path):
 def test_revision_of_an_hf_source_is_passed_to_load_dataset_and_named_in_the_label(tmp_path, monkeypatch):
     import datasets
 
-    from posttrain.sources import SourceConfig, load_role
+    from posttrain.data.sources import SourceConfig, load_role
 
     seen = []
 
@@ -361,7 +361,7 @@ def test_a_transform_changes_the_data_hash_a_stage_is_keyed_on_and_the_config_ha
     settings): a transform that changes the rows changes that md5; `config_hash` (a version's
     lineage tag) holds the source settings themselves."""
     from posttrain.config import config_hash, load_config
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
 
     shapes.write_gsm8k(tmp_path / "data")
     source = ("{path: data/gsm8k/main/train-00000-of-00001.parquet, kind: math, columns: {question: prompt}, "
@@ -379,7 +379,7 @@ def test_a_transform_changes_the_data_hash_a_stage_is_keyed_on_and_the_config_ha
 
 def test_dropped_rows_reach_the_prepared_roles_lineage_and_the_report_card(tmp_path):
     from posttrain.config import load_config
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
     from posttrain.report import render_markdown
     from posttrain.schema import RunReport
 

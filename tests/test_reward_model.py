@@ -44,7 +44,7 @@ def init_model(tokenizer, tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(init_model, tmp_path_factory):
     """The reward_model stage run on 160 pairs: (result, held-out pairs, config)."""
-    from posttrain.dataio import dataset_ref, write_jsonl
+    from posttrain.data.files import dataset_ref, write_jsonl
     from posttrain.reward_model import split_pairs
     from posttrain.schema import StageInputs
     from stages import reward_model

@@ -108,7 +108,7 @@ def test_parent_trains_on_the_cold_start_variant(tmp_path, monkeypatch):
 
     import posttrain.world.build as build
     from posttrain.config import load_config
-    from posttrain.dataio import read_jsonl
+    from posttrain.data.files import read_jsonl
     from posttrain.schema import CheckpointRef
     from posttrain.world.reflection import is_answer_only
     from stages import cold_start_sft

@@ -134,7 +134,7 @@ def smoke(tmp_path_factory):
 
 def _run(smoke, work, **trainer):
     from posttrain.config import load_config
-    from posttrain.prepared import prepare
+    from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint
     from stages import reasoning_rl

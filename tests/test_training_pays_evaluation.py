@@ -216,8 +216,8 @@ def test_a_kind_no_weighted_reward_pays_is_refused_naming_the_weight():
 
 
 def test_a_mixed_reasoning_prompts_file_without_its_weight_is_refused_before_any_work(tmp_path):
-    from posttrain.dataio import DatasetError
-    from posttrain.prepared import load_all
+    from posttrain.data.files import DatasetError
+    from posttrain.data.prepared import load_all
 
     rows = [{"prompt": "Compute 1 + 2.", "kind": "math", "answer": "3"},
             {"prompt": "Say hi in lowercase.", "kind": "instruction", "constraints": [{"type": "lowercase"}]}]

@@ -82,8 +82,8 @@ def test_completion_mask_is_exactly_the_assistant_reply_with_a_template_that_has
 
 
 def test_a_stage_handed_zero_usable_rows_stops_with_a_clear_message(tmp_path, user_project):
-    from posttrain.dataio import DatasetError
-    from posttrain.prepared import load_all
+    from posttrain.data.files import DatasetError
+    from posttrain.data.prepared import load_all
     from posttrain.schema import CheckpointRef, DatasetRef, StageInputs
     from posttrain.config import ColdStartSFTConfig, load_config
     from posttrain.trainers import NoUsableRows
@@ -123,7 +123,7 @@ def test_changing_one_data_file_reruns_only_the_stage_that_reads_it_and_lineage_
         assert second[name]["checkpoint"]["digest"] == first_stages[name]["checkpoint"]["digest"]
         assert (first_stages[name]["eval_items"]["math_think"], second[name]["eval_items"]["math_think"]) == (8, 9)
 
-    from posttrain.dataio import file_md5
+    from posttrain.data.files import file_md5
 
     lineage = _posttrain(root, "lineage", str(second["distillation"]["checkpoint"]["version"]), "--config", str(config))
     assert lineage.returncode == 0, lineage.stderr
@@ -139,7 +139,7 @@ def test_an_hf_dataset_id_loads_offline_from_the_local_cache(tmp_path, monkeypat
     from datasets import load_dataset
 
     import datasets.config
-    from posttrain.sources import SourceConfig, load_role
+    from posttrain.data.sources import SourceConfig, load_role
 
     source = tmp_path / "math.jsonl"
     source.write_text("".join(json.dumps({"q": f"What is {i} plus 1?", "a": str(i + 1)}) + "\n" for i in range(5)))
@@ -189,8 +189,8 @@ def test_a_base_model_without_chat_template_or_think_tokens_gets_them_from_the_c
 
 
 def test_data_add_tracks_a_user_file_with_dvc_and_names_its_hash(tmp_path):
-    from posttrain.dataio import file_md5
-    from posttrain.datasets import track_user_data
+    from posttrain.data.files import file_md5
+    from posttrain.data.store import track_user_data
 
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)

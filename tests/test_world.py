@@ -158,11 +158,11 @@ def test_world_writes_every_role_as_standard_files_with_evaluation_held_out(tmp_
     from conftest import write_smoke_config
 
     from posttrain.config import load_config
-    from posttrain.dataio import read_jsonl
+    from posttrain.data.files import read_jsonl
     from posttrain.rewards import verify_row
     from posttrain.rewards.format import format_ok
     from conftest import overlaps
-    from posttrain.sources import SourceConfig, load_role
+    from posttrain.data.sources import SourceConfig, load_role
     from posttrain.world.build import EVAL_FILES, ROLE_FILES, WorldPaths, build_data
 
     cfg = load_config(write_smoke_config(tmp_path))

@@ -25,7 +25,7 @@ tests hold that cannot be turned into a call and its literal (`assert f(x) != 3`
 random inputs). It runs in the child after the candidate's code, and passes when it finishes: the
 candidate shares that process and can forge the pass (exit, patched builtins, an `__eq__` that
 says yes), so such cases are accepted only where a source says so (`forgeable_tests:
-run_in_child`), and every place that reports data names them (posttrain.code_test_forms).
+run_in_child`), and every place that reports data names them (posttrain.data.code_tests).
 """
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from posttrain.chat import assemble_response
 from posttrain.config import PipelineConfig
-from posttrain.dataio import file_md5, write_jsonl
+from posttrain.data.files import file_md5, write_jsonl
 from posttrain.schema import CheckpointRef
 from posttrain.world import tasks
 
-# The files the world provides, in the standard formats any user source has (posttrain.sources):
+# The files the world provides, in the standard formats any user source has (posttrain.data.sources):
 # SFT rows (`messages`) and prompt rows (`prompt`, `kind`, `answer` / `constraints`, `language`,
 # `thinking`). configs/default.yaml points each data role at them like any user config would.
 ROLE_FILES = ("cold_start", "reasoning_prompts", "rejection_prompts", "non_reasoning_direct",

@@ -9,7 +9,7 @@ document, over the test instance's length; an instance counts above `--match_thr
 default here, as huggingface/cosmopedia's decontamination discards a sample matching more than half
 of a benchmark item). A row is contaminated when that share is above `max_overlap` for some item,
 or when its last user turn equals an item's question once normalised
-(posttrain.sources.normalised_question, the earlier exact check, kept as is).
+(posttrain.data.sources.normalised_question, the earlier exact check, kept as is).
 
 n: GPT-3 (Brown et al. 2020, appendix C) and lm-evaluation-harness (lm_eval/decontamination/
 janitor.py, `Janitor(ngram_n=13)`, text lower-cased, string.punctuation deleted, split on
@@ -50,8 +50,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posttrain.dataio import DatasetError
-from posttrain.sources import RoleData, normalised_question, question_of
+from posttrain.data.files import DatasetError
+from posttrain.data.sources import RoleData, normalised_question, question_of
 
 SETTING = "data.decontamination"
 DROP_REASON = "contaminated"

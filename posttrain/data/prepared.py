@@ -5,7 +5,7 @@ A role's file name carries its content hash, so a stage's cache key (which holds
 the roles it reads) changes exactly when one of its inputs does, and never when an evaluation
 suite or another stage's data changes. All checks (every source readable, mapped columns present,
 gold answers parseable, constraints known, no training question overlapping an evaluation item:
-posttrain.decontamination) run before the first file is written: bad data stops the run before any
+posttrain.data.decontamination) run before the first file is written: bad data stops the run before any
 work and leaves nothing half-written.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain.config import STAGE_BY_NAME, STAGE_TABLE, PipelineConfig
-from posttrain.dataio import DatasetError, dataset_ref, file_md5, write_jsonl
+from posttrain.data.files import DatasetError, dataset_ref, file_md5, write_jsonl
 from posttrain.schema import DatasetRef
-from posttrain.sources import RoleData, load_role
+from posttrain.data.sources import RoleData, load_role
 
 @dataclass
 class PreparedData:
@@ -65,10 +65,10 @@ def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, requ
                                "model that training pays; give each row its constraints (and answer)")
     check_stage_rewards(cfg, loaded)
     if "preferences" in loaded:
-        from posttrain.preferences import check_role
+        from posttrain.data.preferences import check_role
 
         check_role(loaded["preferences"])
-    from posttrain.decontamination import decontaminate
+    from posttrain.data.decontamination import decontaminate
 
     decontaminate(loaded, cfg.data.decontamination)   # refuses, or drops and counts (data.decontamination)
     return loaded

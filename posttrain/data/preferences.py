@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 import math
 
-from posttrain.dataio import DatasetError
-from posttrain.source_transforms import RowRefused, origin
+from posttrain.data.files import DatasetError
+from posttrain.data.transforms import RowRefused, origin
 
 ROLE = "preferences"
 
@@ -41,7 +41,7 @@ def _trl_extract(example: dict) -> dict:
 
 def _value(value, where: str, column: str):
     """Text as it is, or a list of messages (given as such, or as its JSON text: CSV cells)."""
-    from posttrain.sources import _messages
+    from posttrain.data.sources import _messages
 
     if isinstance(value, str) and value.lstrip().startswith("[{"):
         try:
@@ -68,15 +68,15 @@ def _score(row: dict, column: str, where: str, columns: dict) -> float | None:
 
 
 def normaliser(source):
-    """The role loader's row normaliser for a source of this role (posttrain.sources.load_role)."""
-    from posttrain.sources import _mapped
+    """The role loader's row normaliser for a source of this role (posttrain.data.sources.load_role)."""
+    from posttrain.data.sources import _mapped
 
     return lambda raw, where: normalise_preference(_mapped(raw, source, where), source, where)
 
 
 def normalise_preference(row: dict, source, where: str) -> dict:
     """One row (after the source's `columns:` and `values:`) in TRL's explicit-prompt form."""
-    from posttrain.sources import detect_language
+    from posttrain.data.sources import detect_language
 
     for setting in ("answer_from", "reply"):
         if getattr(source, setting) is not None:

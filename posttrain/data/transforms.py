@@ -1,7 +1,7 @@
 """Source transforms: how a dataset as it is published becomes our rows, said in the config on the
-data source (posttrain.sources.SourceConfig), validated there, printed by `posttrain data check`.
+data source (posttrain.data.sources.SourceConfig), validated there, printed by `posttrain data check`.
 They shape the rows a role holds, so they key the stages that read it through the rows' content
-hash (posttrain.prepared), and the config hash of every registered version names them.
+hash (posttrain.data.prepared), and the config hash of every registered version names them.
 
 Applied to each row in this order:
 
@@ -44,12 +44,12 @@ from typing import Literal, Union
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from posttrain.chat import THINK_CLOSE, THINK_OPEN, assemble_response, parse_response, visible
-from posttrain.dataio import DatasetError
+from posttrain.data.files import DatasetError
 from posttrain.yamlconfig import short
 
 DropReason = Literal["unverifiable_answer", "no_answer", "no_think_block", "unmapped_value",
-                     "identical_pair", "inverted_scores",   # these two: posttrain.preferences
-                     "forgeable_tests", "no_tests"]          # these two: posttrain.code_test_forms
+                     "identical_pair", "inverted_scores",   # these two: posttrain.data.preferences
+                     "forgeable_tests", "no_tests"]          # these two: posttrain.data.code_tests
 MapValue = Union[str, int, float, bool, None]   # noqa: UP007 - pydantic reads the union in order
 MARKER_PRESETS = {"open_thoughts": ["<|begin_of_thought|>", "<|end_of_thought|>",
                                     "<|begin_of_solution|>", "<|end_of_solution|>"]}

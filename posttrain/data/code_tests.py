@@ -1,5 +1,5 @@
 """Code tests in the forms they are published in, read into the judge's cases by a source's
-`tests_from: {format: ...}` (posttrain.sources.SourceConfig); the judge is posttrain.rewards.code_judge.
+`tests_from: {format: ...}` (posttrain.data.sources.SourceConfig); the judge is posttrain.rewards.code_judge.
 
 Every form ends as a list of cases the judge runs (code_judge.test_problem): {"input", "output"}
 (stdin/stdout), {"call", "expected"} (an expression the child evaluates, its value sent back and
@@ -24,7 +24,7 @@ forgeable assert program (rewards/code_cases.py), refused unless the source says
   tuples read as lists (JSON has none). Every case gets the imports their judge puts before each
   program (`APPS_PRELUDE`: typing's List, collections, math, heapq...; numpy left out). JSON's
   string dict keys are not turned back into ints, as their judge tries: a row that needs it fails
-  its reference check in `data check` (posttrain.code_references).
+  its reference check in `data check` (posttrain.data.code_references).
 - verifiable_coding (`PrimeIntellect/verifiable-coding-problems`: verification_info JSON with
   test_cases of type stdin_stdout or function_call): stdin_stdout as stdin/stdout cases,
   function_call (input: the argument list, output: as apps; both as JSON text in open-r1's copy) as
@@ -63,8 +63,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posttrain.dataio import DatasetError
-from posttrain.source_transforms import RowRefused
+from posttrain.data.files import DatasetError
+from posttrain.data.transforms import RowRefused
 from posttrain.yamlconfig import short
 
 TestForm = Literal["mbpp", "humaneval", "apps", "verifiable_coding"]

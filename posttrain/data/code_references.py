@@ -1,6 +1,6 @@
 """The reference solutions published code datasets ship, run against their own rows' tests by
 `posttrain data check` (posttrain.cli): a row whose reference fails its tests would pay nothing to a
-right answer, or its tests were read wrong (posttrain.code_test_forms), so it is refused, naming the
+right answer, or its tests were read wrong (posttrain.data.code_tests), so it is refused, naming the
 file and row.
 
 Which solution: MBPP's `code`; HumanEval's `prompt` + `canonical_solution`; APPS / TACO's first
@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.dataio import DatasetError
-from posttrain.source_transforms import RowRefused
+from posttrain.data.files import DatasetError
+from posttrain.data.transforms import RowRefused
 
 SAMPLE = 20
 _FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.S | re.I)
@@ -103,7 +103,7 @@ def _verdict(code: str, tests: list, cache: Path) -> tuple[str, str, bool]:
 
 
 def check_source(source, root: Path, seed: int, cache: Path, every: bool = False) -> ReferenceCheck:
-    from posttrain.sources import _mapped, normalise_prompt, read_source
+    from posttrain.data.sources import _mapped, normalise_prompt, read_source
 
     raw = read_source(source, root)
     if source.shuffle_seed is not None:

@@ -4,9 +4,9 @@ A source is a local file or directory (JSONL, JSON, parquet, CSV, an Arrow `save
 directory) or a Hugging Face dataset id (through `datasets.load_dataset`, so a local HF cache works
 offline), with a `columns` mapping from the user's names to ours, and optional `split`, `limit`,
 `shuffle_seed` and `weight` (a share of the role's rows when a role mixes several sources), and the
-declarative transforms of posttrain.source_transforms for datasets as they are published (`values`,
+declarative transforms of posttrain.data.transforms for datasets as they are published (`values`,
 `answer_from`, `reply`, `drop`, dotted `columns` paths, ShareGPT turns; code tests: `tests_from`,
-posttrain.code_test_forms).
+posttrain.data.code_tests).
 
 Every row is normalised into one of three shapes, whatever form it came in (TRL's standard formats
 are accepted as they are: conversational `messages`, `prompt` / `completion` plain or
@@ -17,7 +17,7 @@ conversational, prompt-only with extra columns):
 - a prompt row (roles `*_prompts` and evaluation suites):
   ``{"prompt": [...messages ending with the user turn], "kind": "math" | "instruction" | "code" |
   "direct", "answer" | "constraints" | "tests": ..., "language": str, "thinking": bool | None}``
-- a preference pair (role `preferences`): TRL's explicit-prompt form, posttrain.preferences
+- a preference pair (role `preferences`): TRL's explicit-prompt form, posttrain.data.preferences
 
 `thinking` is the mode switch to render (True: /think, False: /no_think, None: none, the prompt
 says it in words). The user turn holds the bare question: the chat module renders the switch the
@@ -37,12 +37,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from posttrain import code_test_forms as test_forms
-from posttrain import source_transforms as transforms
+from posttrain.data import code_tests as test_forms
+from posttrain.data import transforms
 from posttrain.chat import THINK_OPEN, assemble_response
-from posttrain.dataio import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
+from posttrain.data.files import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
 from posttrain.rewards import TASK_KINDS, unguarded_code_rows
-from posttrain.source_transforms import AnswerFrom, DropReason, MapValue, ReplyFrom, RowRefused
+from posttrain.data.transforms import AnswerFrom, DropReason, MapValue, ReplyFrom, RowRefused
 
 TaskKind = Literal[TASK_KINDS]   # the kinds that have a verifier (posttrain.rewards.TASKS)
 SFT_ROLES = ("cold_start", "thinking", "non_reasoning")
@@ -143,7 +143,7 @@ class RoleData:
 def source_hash(source: SourceConfig, root: Path) -> str:
     """Content hash of a local source (md5 of the file, or of its files' names and hashes for a
     directory), or the fingerprint `datasets` gives an HF dataset."""
-    from posttrain.dataio import file_md5
+    from posttrain.data.files import file_md5
 
     if source.hf is not None:
         from datasets import load_dataset
@@ -252,7 +252,7 @@ def _read_hf(source: SourceConfig) -> list[LocatedRow]:
 
 
 def _mapped(raw: dict, source: SourceConfig, where: str) -> dict:
-    """The row with `columns:` and `values:` applied (posttrain.source_transforms)."""
+    """The row with `columns:` and `values:` applied (posttrain.data.transforms)."""
     row = transforms.rename(raw, source.columns, where)
     transforms.map_values(row, source.values, where, source.columns)
     return row
@@ -409,7 +409,7 @@ def _task_fields(kind: str, row: dict, where: str, source: SourceConfig) -> dict
         return {"answer": answer}
     if kind == "open":
         # Training pays the reward model; constraints (and an answer), where given, are the independent
-        # check evaluation gates on (an evaluation suite of this kind needs them: posttrain.prepared).
+        # check evaluation gates on (an evaluation suite of this kind needs them: posttrain.data.prepared).
         reference = row.get("answer")
         checks = {"constraints": _constraints(row, where)} if row.get("constraints") else {}
         return {**checks, **({"answer": str(reference)} if reference else {})}
@@ -497,7 +497,7 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
         normalise = (lambda r, w: normalise_sft(r, source, w, role)) if role in SFT_ROLES else (
             lambda r, w: normalise_prompt(r, source, w))
         if role == "preferences":   # TRL's preference formats
-            from posttrain.preferences import normaliser
+            from posttrain.data.preferences import normaliser
             normalise = normaliser(source)
         rows, gone = [], Counter()
         for r in raw:
