@@ -135,8 +135,9 @@ class ChainRun:
         """What a stage's reward model is: the one the reward model stage trains from (or was
         brought), for that stage; the one it produced, for a stage that scores with it."""
         role = STAGE_BY_NAME[name].reward_model
-        if role == "uses":
-            return self.reward_model
+        if role == "uses":   # handed only to a stage that weighs it (it keys the stage's cache)
+            rewards = getattr(self.cfg.stage(name), "rewards", None)
+            return self.reward_model if rewards is not None and rewards.reward_model else None
         if role != "makes":
             return None
         settings = self.cfg.stages.reward_model
@@ -238,8 +239,8 @@ class ChainRun:
                 "datasets_produced": json.dumps({d.name: d.md5 for d in result.datasets_produced}),
                 "rows_dropped": json.dumps({d.name: d.dropped for d in result.datasets_consumed if d.dropped}),
                 "verifiers": json.dumps(result.verifier_versions), "cached": str(cached)}
-        if STAGE_BY_NAME[name].reward_model == "uses" and self.reward_model is not None:
-            tags["reward_model"] = f"{self.reward_model.path} (digest {self.reward_model.digest})"
+        if (used := self.reward_model_for(name)) is not None and STAGE_BY_NAME[name].reward_model == "uses":
+            tags["reward_model"] = f"{used.path} (digest {used.digest})"
         if result.adapter is not None:  # a LoRA stage: its adapter, on the parent's weights
             tags |= {"adapter_path": result.adapter.path, "adapter_digest": result.adapter.digest}
         return self.registry.register_stage(name, result.checkpoint, tags, verdict,

@@ -302,7 +302,7 @@ STAGE_TABLE: tuple[Stage, ...] = (
     Stage("rejection_sampling", RejectionSamplingConfig, reads=("rejection_prompts",)),
     Stage("mode_fusion_sft", ModeFusionSFTConfig, optional=("thinking", "non_reasoning"), single_process=_WRITES_DATASET),
     Stage("reward_model", RewardModelConfig, optional=("preferences",), reward_model="makes",
-          skipped_unless=_reward_model_wanted),
+          skipped_unless=_reward_model_wanted, single_process="saves its reward model from this process only"),
     Stage("general_rl", GeneralRLConfig, reads=("general_prompts",), reward_model="uses"),
     Stage("distillation", DistillationStageConfig, reads=("distillation_prompts",), student=True,
           single_process=_WRITES_DATASET),
@@ -442,6 +442,10 @@ class PipelineConfig(Strict):
             weight = getattr(getattr(self.stage(stage.name), "rewards", None), "reward_model", 0)
             if stage.reward_model == "uses" and weight and (missing := _reward_model_wanted(self)):
                 raise ValueError(f"stages.{stage.name}.rewards.reward_model is {weight}, but there is {missing}")
+        measured = [t.metric for t in self.stages.reward_model.gate.targets if t.metric.startswith("stage.")]
+        if self.stages.reward_model.bring and not self.data.preferences and measured:
+            raise ValueError(f"stages.reward_model.gate reads {', '.join(measured)}, measured on held-out preference "
+                             "pairs, but data.preferences is not set: give the pairs or set the gate's targets: []")
         return self
 
     @model_validator(mode="after")

@@ -168,5 +168,19 @@ def test_without_a_reward_model_configured_the_stage_is_skipped_and_general_rl_s
 
     cfg = PipelineConfig()
     assert STAGE_BY_NAME["reward_model"].skipped_unless(cfg)
-    brought = PipelineConfig(stages={"reward_model": {"bring": "some/rm"}})
+    brought = PipelineConfig(stages={"reward_model": {"bring": "some/rm", "gate": {"targets": []}}})
     assert STAGE_BY_NAME["reward_model"].skipped_unless(brought) is None
+
+
+def test_a_brought_reward_model_gated_on_pairs_it_has_none_of_is_refused(tmp_path):
+    from conftest import config_error
+
+    message = config_error(tmp_path, "stages:\n  reward_model:\n    bring: some/rm\n")
+    assert "stages.reward_model.gate reads stage.pairwise_accuracy" in message and "data.preferences" in message
+
+
+def test_the_reward_model_stage_runs_in_one_process(tmp_path):
+    from conftest import config_error
+
+    message = config_error(tmp_path, "stages:\n  reward_model:\n    launcher: {kind: torchrun, num_processes: 2}\n")
+    assert "reward_model saves its reward model from this process only" in message
