@@ -140,9 +140,8 @@ class ChainRun:
             return self.reward_model if rewards is not None and rewards.reward_model else None
         if role != "makes":
             return None
-        settings = self.cfg.stages.reward_model
-        location = settings.bring or settings.init
-        if location in ("student", "base") and not settings.bring:
+        field, location = self.cfg.stages.reward_model.source()
+        if field.endswith("init") and location in ("student", "base"):
             return base_checkpoint(self.cfg, "student" if location == "student" else "teacher")
         local = self.cfg.path(location)
         return model_checkpoint(self.cfg, str(local) if local.is_dir() else location)

@@ -57,11 +57,8 @@ def foreign_digest(path: Path, manifests: Path) -> str:
 
 
 def _file_sha256(file: Path) -> str:
-    h = hashlib.sha256()
     with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _read_manifest(manifest: Path) -> dict[str, list]:
@@ -211,15 +208,14 @@ def check_models(cfg, stages) -> list[str]:
     the student when a stage that trains it runs."""
     from posttrain.config import STAGE_BY_NAME
 
-    reward_model = cfg.stages.reward_model
-    reward_model_field, reward_model_at = (("stages.reward_model.bring", reward_model.bring) if reward_model.bring
-                                           else ("stages.reward_model.init", reward_model.init))
+    reward_model_field, reward_model_at = cfg.stages.reward_model.source()
     makes_reward_model = any(STAGE_BY_NAME[name].reward_model == "makes" for name in stages)
-    trains_student = any(STAGE_BY_NAME[name].student for name in stages) or (makes_reward_model and reward_model_at == "student")
+    trains_student = (any(STAGE_BY_NAME[name].student for name in stages)
+                      or (makes_reward_model and reward_model_field.endswith("init") and reward_model_at == "student"))
     wanted = [("teacher", "base.model")] + ([("student", "base.student")] if trains_student else [])
     lines = [check_model(configured_model(cfg, which), cfg.base.settings(), field) for which, field in wanted
              if (cfg.base.model if which == "teacher" else cfg.base.student) != "embedded"]
-    if makes_reward_model and reward_model_at not in ("student", "base"):
+    if makes_reward_model and (reward_model_field.endswith("bring") or reward_model_at not in ("student", "base")):
         local = cfg.path(reward_model_at)
         locate_model(str(local) if local.is_dir() else reward_model_at, reward_model_field)
         lines.append(f"{reward_model_field}: {reward_model_at}")

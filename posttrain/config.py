@@ -255,6 +255,10 @@ class RewardModelConfig(Launched):
     trainer: RewardModelTrainerConfig = RewardModelTrainerConfig()
     gate: GateConfig = GateConfig(targets=[GateTarget(metric="stage.pairwise_accuracy", min=0.6)], regression=[])
 
+    def source(self) -> tuple[str, str]:
+        """(config field, location) of the model the stage hands on (`bring`) or trains from (`init`)."""
+        return ("stages.reward_model.bring", self.bring) if self.bring else ("stages.reward_model.init", self.init)
+
 
 class GeneralRLConfig(Launched):
     """GRPO on the `general_prompts` data role; each row's kind picks its rewards."""

@@ -94,12 +94,28 @@ def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int):
     replies only, with any chat template (TRL's assistant_only_loss needs `{% generation %}` marks)."""
     from trl import SFTConfig
 
-    saving = dict(save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1) if cfg.save_steps else dict(save_strategy="no")
     return SFTConfig(
         **common_args(output_dir, seed, cfg), learning_rate=cfg.learning_rate, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_batch(processes()), max_length=cfg.max_length,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type="cosine",
-        completion_only_loss=True, assistant_only_loss=False, packing=cfg.packing, **saving,
+        completion_only_loss=True, assistant_only_loss=False, packing=cfg.packing, **_saving(cfg),
+    )
+
+
+def _saving(cfg: SFTTrainerConfig) -> dict:
+    """In-stage checkpoints every `save_steps` (the last one kept), so a rerun resumes; none without."""
+    return dict(save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1) if cfg.save_steps else dict(save_strategy="no")
+
+
+def reward_args(cfg, output_dir: Path, seed: int):
+    """TRL RewardTrainer's arguments: SFT's schedule and batch, plus reward centering."""
+    from trl import RewardConfig
+
+    return RewardConfig(
+        **common_args(output_dir, seed, cfg), learning_rate=cfg.learning_rate, num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_batch(processes()), max_length=cfg.max_length,
+        warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type="cosine",
+        center_rewards_coefficient=cfg.center_rewards_coefficient, **_saving(cfg),
     )
 
 

@@ -17,7 +17,7 @@ from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.reward_model import REWARD_MODEL_VERSION, RewardModelScorer, pair_metrics, split_pairs
 from posttrain.schema import CheckpointRef, StageInputs, StageResult
-from posttrain.trainers import common_args, numeric_log, peft_config, processes, require_rows, resume_point, summary
+from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, reward_args, summary
 
 STAGE_VERSION = "reward_model/1"
 
@@ -25,7 +25,7 @@ STAGE_VERSION = "reward_model/1"
 def _train(config: RewardModelConfig, inputs: StageInputs, rows: list[dict], out: Path):
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from trl import RewardConfig, RewardTrainer
+    from trl import RewardTrainer
 
     trainer_cfg = config.trainer
     location = checkpoint_location(inputs.reward_model)
@@ -40,14 +40,7 @@ def _train(config: RewardModelConfig, inputs: StageInputs, rows: list[dict], out
     if trainer_cfg.use_margin:
         records = [{**rec, "margin": float(r["score_chosen"] - r["score_rejected"])}
                    for rec, r in zip(records, rows)]
-    saving = (dict(save_strategy="steps", save_steps=trainer_cfg.save_steps, save_total_limit=1)
-              if trainer_cfg.save_steps else dict(save_strategy="no"))
-    args = RewardConfig(**common_args(out / "trainer", inputs.seed, trainer_cfg), learning_rate=trainer_cfg.learning_rate,
-                        num_train_epochs=trainer_cfg.epochs, max_steps=trainer_cfg.max_steps,
-                        per_device_train_batch_size=trainer_cfg.per_device_batch(processes()),
-                        max_length=trainer_cfg.max_length, warmup_steps=trainer_cfg.warmup_ratio,
-                        weight_decay=trainer_cfg.weight_decay, lr_scheduler_type="cosine",
-                        center_rewards_coefficient=trainer_cfg.center_rewards_coefficient, **saving)
+    args = reward_args(trainer_cfg, out / "trainer", inputs.seed)
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(records),
                             processing_class=tokenizer, peft_config=peft_config(trainer_cfg))
     follow(trainer, inputs)
