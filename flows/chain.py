@@ -69,8 +69,8 @@ class ChainRun:
                  force: bool, started: float):
         self.cfg, self.run_dir, self.force = cfg, run_dir, force
         # A selected stage with nothing to do in this config (no reward model configured) is skipped.
-        self.unneeded = {stage.name: reason for stage in STAGE_TABLE if stage.name in selected and stage.skipped_unless
-                         and (reason := stage.skipped_unless(cfg))}
+        self.unneeded = {stage.name: reason for stage in STAGE_TABLE
+                         if stage.skipped_unless and (reason := stage.skipped_unless(cfg))}
         self.selected = [name for name in STAGES if name in selected and name not in self.unneeded]
         self.reward_model: CheckpointRef | None = None   # the reward model stage's, once it has run
         makes = [s for s in self.selected if STAGE_BY_NAME[s].reward_model == "makes"]
