@@ -1,4 +1,4 @@
-"""The GPU smoke check's three steps (bench/gpu_smoke.sh runs them; see README "Scaling out").
+"""The GPU smoke check's three steps (bench/gpu_smoke.sh runs them; see docs/scaling.md).
 
     fetch  (here, with the project's venv): download the wheels the GPU machine may lack, pinned to
            the versions this venv runs, for that machine's Python; refuse a set over MAX_WHEELS_MIB.

@@ -1,4 +1,4 @@
-"""Regenerate the Prefect UI screenshots in docs/ui/ (the README's "Operating from the Prefect UI").
+"""Regenerate the Prefect UI screenshots in docs/ui/ (docs/operations.md).
 
     .venv/bin/pip install -e '.[docs]'      # playwright (Python package only)
     apt-get install chromium                # the browser it drives: /usr/bin/chromium (or $CHROMIUM)

@@ -42,6 +42,29 @@ def test_every_local_format_gives_the_same_normalised_rows(tmp_path):
         assert rows == first, name
 
 
+def test_a_glob_pattern_reads_every_shard_in_order_and_hashes_them_all(tmp_path):
+    from datasets import Dataset
+
+    from posttrain.data.sources import source_hash
+
+    shards = tmp_path / "data"
+    shards.mkdir()
+    for i, part in enumerate((MATH_ROWS[:4], MATH_ROWS[4:])):   # published as train-0000i-of-00002.parquet
+        Dataset.from_list(part).to_parquet(str(shards / f"train-0000{i}-of-00002.parquet"))
+    (shards / "test-00000-of-00001.parquet").write_bytes((shards / "train-00000-of-00002.parquet").read_bytes())
+    source = _math_source("data/train-*.parquet")
+    rows = load_role("reasoning_prompts", [source], tmp_path, 0).rows
+    assert [r["answer"] for r in rows] == [r["gold"] for r in MATH_ROWS]
+    before = source_hash(source, tmp_path)
+    Dataset.from_list(MATH_ROWS[4:5]).to_parquet(str(shards / "train-00001-of-00002.parquet"))
+    assert source_hash(source, tmp_path) != before   # a changed shard changes the source's hash
+    with pytest.raises(DatasetError, match=r"data/valid-\*\.parquet: the pattern matches no file"):
+        load_role("reasoning_prompts", [_math_source("data/valid-*.parquet")], tmp_path, 0)
+    (shards / "train-00002-of-00002.parquet").symlink_to("/dev/zero")
+    with pytest.raises(DatasetError, match="not a regular file"):
+        load_role("reasoning_prompts", [source], tmp_path, 0)
+
+
 def test_sft_rows_in_trl_forms_get_the_mode_of_their_role(tmp_path):
     rows = [{"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]},
             {"prompt": "Say yo.", "completion": "yo"},

@@ -140,6 +140,9 @@ class RoleData:
     origins: dict[int, str] = field(default_factory=dict)    # id(row) -> where it was read (upsampled copies share it)
 
 
+_GLOB = re.compile(r"[*?\[]")
+
+
 def source_hash(source: SourceConfig, root: Path) -> str:
     """Content hash of a local source (md5 of the file, or of its files' names and hashes for a
     directory), or the fingerprint `datasets` gives an HF dataset."""
@@ -150,16 +153,36 @@ def source_hash(source: SourceConfig, root: Path) -> str:
 
         return "hf:" + load_dataset(source.hf, source.hf_config, split=source.split,
                                     revision=source.revision)._fingerprint
-    path = Path(source.path) if Path(source.path).is_absolute() else root / source.path
-    check_regular(path)
-    if path.is_file():
-        return file_md5(path)
+    paths = source_paths(source, root)
+    if len(paths) == 1 and paths[0].is_file():
+        return file_md5(paths[0])
     import hashlib
 
     h = hashlib.md5()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        h.update(f"{file.relative_to(path)}:{file_md5(file)}".encode())
-    return h.hexdigest() + ".dir"
+    for path in paths:
+        base = path.parent if path.is_file() else path
+        for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+            h.update(f"{file.relative_to(base)}:{file_md5(file)}".encode())
+    return h.hexdigest() + (".dir" if len(paths) == 1 else f".{len(paths)}files")
+
+
+def source_paths(source: SourceConfig, root: Path) -> list[Path]:
+    """What a local source names: its file or Arrow folder, or the sorted matches of a glob pattern
+    (`data/train-*.parquet`: datasets are published in shards), each a regular file."""
+    path = Path(source.path)
+    if not _GLOB.search(source.path):
+        path = path if path.is_absolute() else root / path
+        if not path.exists():
+            raise DatasetError(f"{source.path}: data source does not exist (resolved to {path})")
+        check_regular(path)
+        return [path]
+    matches = sorted(Path(path.anchor).glob(str(path.relative_to(path.anchor))) if path.is_absolute()
+                     else root.glob(source.path))
+    if not matches:
+        raise DatasetError(f"{source.path}: the pattern matches no file (under {root if not path.is_absolute() else '/'})")
+    for match in matches:
+        check_regular(match)
+    return matches
 
 
 # ---------------------------------------------------------------- reading any format
@@ -177,11 +200,10 @@ def read_source(source: SourceConfig, root: Path) -> list[LocatedRow]:
     """Raw rows of one source, each with where it came from."""
     if source.hf is not None:
         return _read_hf(source)
-    path = Path(source.path)
-    path = path if path.is_absolute() else (root / path)
-    if not path.exists():
-        raise DatasetError(f"{source.path}: data source does not exist (resolved to {path})")
-    check_regular(path)
+    return [row for path in source_paths(source, root) for row in _read_path(path, source)]
+
+
+def _read_path(path: Path, source: SourceConfig) -> list[LocatedRow]:
     fmt = source.format if source.format != "auto" else _detect_format(path)
     if not fmt:
         raise DatasetError(f"{path}: cannot tell the format from the name; set `format:` to one of {', '.join(FORMATS)}")
