@@ -26,6 +26,25 @@ def _load_rows(path: Path, limit: int) -> list[dict]:
     return rows
 
 
+def _widened(checkpoint: Path, hidden: int, layers: int) -> str:
+    """A Qwen3 of `hidden` x `layers` (tests/userdata.py's builder) with the checkpoint's tokenizer
+    and generation config, in a temporary folder."""
+    import shutil
+    import sys
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.userdata import build_model
+
+    directory = Path(tempfile.mkdtemp(prefix=f"widened-{hidden}x{layers}-"))
+    build_model(directory, AutoTokenizer.from_pretrained(checkpoint), hidden=hidden, layers=layers, seed=0)
+    if (checkpoint / "generation_config.json").is_file():
+        shutil.copy(checkpoint / "generation_config.json", directory)
+    return str(directory)
+
+
 def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     parser = argparse.ArgumentParser()
@@ -35,7 +54,12 @@ def main() -> None:
     parser.add_argument("--eval-rows", type=int, default=800)
     parser.add_argument("--rejection-rows", type=int, default=256)
     parser.add_argument("--out", type=Path, default=Path("bench/results/vllm_cpu"))
+    parser.add_argument("--widen", type=int, nargs=2, metavar=("HIDDEN", "LAYERS"),
+                        help="instead of the checkpoint, a Qwen3 of this width and depth with its tokenizer "
+                             "(the tests' widened model shape; untrained: replies run to max_new_tokens)")
     args = parser.parse_args()
+    if args.widen:
+        args.checkpoint = _widened(Path(args.checkpoint), *args.widen)
 
     import torch
 
@@ -76,7 +100,11 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
     greedy = "evaluation (greedy, math suite)"
     same = sum(a == b for a, b in zip(replies[("hf", greedy)], replies[("vllm", greedy)]))
-    summary = {"checkpoint": str(args.checkpoint), "threads": cfg.evaluation.threads, "calls": results,
+    from transformers import AutoConfig
+
+    shape = AutoConfig.from_pretrained(args.checkpoint)
+    summary = {"checkpoint": str(args.checkpoint), "hidden": shape.hidden_size, "layers": shape.num_hidden_layers,
+               "threads": cfg.evaluation.threads, "calls": results,
                "greedy_identical": same, "greedy_total": len(replies[("hf", greedy)])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2))

@@ -78,8 +78,11 @@ def save_trained(trainer, tokenizer, work: Path, parent: CheckpointRef) -> tuple
 
 
 def sharding(trainer) -> dict[str, float]:
-    """How the model was spread over the processes: their count, DeepSpeed's ZeRO stage (0 without
-    DeepSpeed) and the share of the parameters this rank held (1.0 unless ZeRO-3 partitioned them)."""
+    """How the model was spread over the processes, for a stage's metrics (nothing in one process):
+    their count, DeepSpeed's ZeRO stage (0 without DeepSpeed) and the share of the parameters this
+    rank held (1.0 unless ZeRO-3 partitioned them)."""
+    if processes() <= 1:
+        return {}
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     stage = int(plugin.zero_stage) if plugin is not None else 0
     parameters = list(trainer.model_wrapped.parameters())

@@ -16,7 +16,7 @@ from posttrain.config import ColdStartSFTConfig
 from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import (numeric_log, peft_config, processes, require_rows, resume_point, save_trained, sft_args,
+from posttrain.trainers import (numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args,
                                 sft_dataset, sharding, summary)
 
 STAGE_VERSION = "cold_start_sft/2"
@@ -43,6 +43,6 @@ def run(config: ColdStartSFTConfig, inputs: StageInputs) -> StageResult:
         name="cold_start_sft", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log,
         train_metrics={"examples": len(rows), **summary(log, ("loss", "mean_token_accuracy")),
-                       **(sharding(trainer) if processes() > 1 else {})},
+                       **sharding(trainer)},
         wall_s=time.time() - started, alerts=notes,
     )

@@ -22,7 +22,7 @@ from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_c
 from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
 from posttrain.rl_rewards import stage_rewards
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
+from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
 STAGE_VERSION = "general_rl/5"   # open-ended rows scored by the reward model
 
@@ -68,7 +68,7 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
         datasets_consumed=[source], train_log=log,
         verifier_versions=VERIFIER_VERSIONS, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
         alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(rows), forgeable_code_rows(rows)] if n],
-        train_metrics={**{f"{kind}_prompts": float(n) for kind, n in kinds.items()},
+        train_metrics={**sharding(trainer), **{f"{kind}_prompts": float(n) for kind, n in kinds.items()},
                        "no_think_prompts": float(sum(r.get("thinking") is False for r in rows)), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "kl", "completions/mean_length"))},
         wall_s=time.time() - started,

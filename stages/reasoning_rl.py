@@ -20,7 +20,7 @@ from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_c
 from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record
 from posttrain.rl_rewards import stage_rewards
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, summary
+from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
 STAGE_VERSION = "reasoning_rl/4"   # task rewards are verify_row's verdicts, per row kind
 
@@ -66,7 +66,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
         name="reasoning_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], train_log=log, verifier_versions=VERIFIER_VERSIONS,
         policies=policy_record(config.trainer, inputs.parent, checkpoint_dir), alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(problems), forgeable_code_rows(problems)] if n],
-        train_metrics={"prompts": len(problems), **summary(
+        train_metrics={**sharding(trainer), "prompts": len(problems), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
                   "completions/clipped_ratio", "kl", "groups/all_correct", "groups/all_wrong", "groups/mixed",
                   "length/correct", "length/wrong"))},

@@ -67,3 +67,98 @@ def test_zero3_on_two_ranks_trains_what_one_process_trains(tmp_path):
     with torch.no_grad():
         gap = (model_one(**ids).logits - model_two(**ids).logits).abs().max().item()
     assert gap < 1e-4, gap
+
+
+# ----------------------------------------------------------------------------- GRPO under ZeRO
+
+def _zero_rl_inputs(tmp_path, profile: str, **trainer):
+    """The smoke world's reasoning RL as a 2-process job on the shipped ZeRO profile, the held-out
+    probe on: (stage config, StageInputs, the request file the ranks are started with)."""
+    import yaml
+
+    from conftest import write_smoke_config
+    from posttrain.config import load_config
+    from posttrain.data.prepared import prepare
+    from posttrain.schema import StageInputs
+    from posttrain.world.build import base_checkpoint, ensure_world
+
+    config = write_smoke_config(tmp_path, reasoning_rl={"threads": 1, "prompts_per_step": 2, "num_generations": 2,
+                                                        **trainer})
+    raw = yaml.safe_load(config.read_text())
+    raw["stages"]["reasoning_rl"].update(probe_every=2, probe_items=4, launcher={
+        "kind": "accelerate", "config_file": f"configs/accelerate/{profile}.yaml", "num_processes": 2,
+        "mixed_precision": "no"})
+    config.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config)
+    ensure_world(cfg)
+    data = prepare(cfg, tmp_path / "runs" / "prepared", ("reasoning_rl",))
+    work = tmp_path / "runs" / profile / "reasoning_rl"
+    inputs = StageInputs(parent=base_checkpoint(cfg), work_dir=str(work), seed=0, model=cfg.base.settings(),
+                         data=data.for_stage("reasoning_rl"), probe=data.probe(cfg))
+    return cfg.stage("reasoning_rl"), inputs, work / "launch" / "request.json"
+
+
+def test_grpo_steps_under_zero2_on_two_cpu_processes(tmp_path):
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.launcher import launch
+
+    stage, inputs, _ = _zero_rl_inputs(tmp_path, "zero2", max_steps=3)
+    result = launch("reasoning_rl", stage, inputs, stage.launcher)
+    metrics = result.train_metrics
+    assert (metrics["processes"], metrics["zero_stage"], metrics["parameter_share_per_rank"]) == (2, 2, 1.0), metrics
+    steps = [row for row in result.train_log if "reward" in row]
+    assert len(steps) == 3, result.train_log
+    assert [row["step"] for row in result.train_log if "heldout/math_accuracy" in row] == [0, 2, 3]
+    model, _ = load_checkpoint(result.checkpoint, for_training=False)
+    base, _ = load_checkpoint(inputs.parent, for_training=False)
+    before = dict(base.named_parameters())
+    assert any(not p.equal(before[n]) for n, p in model.named_parameters()), "GRPO under ZeRO-2 trained nothing"
+
+
+def test_a_killed_rank_fails_grpo_under_zero3_and_a_rerun_resumes_from_the_sharded_checkpoint(tmp_path):
+    """Reasoning RL under ZeRO-3 on 2 processes, each rank holding half the parameters; rank 1 is
+    killed after the first in-stage checkpoint: the stage fails naming rank 1 and SIGKILL; the rerun
+    loads that checkpoint's parameter and optimizer shards and trains to the end; the weights are
+    gathered into one checkpoint."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from test_launcher import _rank_pid
+
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.launcher import StageLaunchFailed, launch
+
+    stage, inputs, request = _zero_rl_inputs(tmp_path, "zero3", max_steps=30, save_steps=2)
+    work = request.parent.parent
+    killed: list[int] = []
+
+    def kill_rank_1():
+        deadline = time.time() + 900
+        while time.time() < deadline and not killed:
+            if any(work.glob("trainer/checkpoint-2/trainer_state.json")):
+                if pid := _rank_pid(1, request):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_rank_1, daemon=True)
+    killer.start()
+    with pytest.raises(StageLaunchFailed) as failed:
+        launch("reasoning_rl", stage, inputs, stage.launcher)
+    killer.join()
+    assert killed, "rank 1 was never seen"
+    assert "rank 1 of 2" in str(failed.value) and "SIGKILL" in str(failed.value), str(failed.value)
+    left = sorted(work.glob("trainer/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert left and any(left[-1].glob("global_step*/*optim_states.pt")), "no sharded DeepSpeed checkpoint was left"
+
+    result = launch("reasoning_rl", stage, inputs, stage.launcher)
+    assert result.policies["resumed_from"] == str(left[-1]), (result.policies, left)
+    assert 0.45 <= result.train_metrics["parameter_share_per_rank"] <= 0.55, result.train_metrics
+    assert max(row["step"] for row in result.train_log if "reward" in row) == 30
+    model, _ = load_checkpoint(result.checkpoint, for_training=False)
+    base, _ = load_checkpoint(inputs.parent, for_training=False)
+    before = dict(base.named_parameters())
+    assert {n: p.shape for n, p in model.named_parameters()} == {n: p.shape for n, p in before.items()}
+    assert any(not p.equal(before[n]) for n, p in model.named_parameters())

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from posttrain.data import code_tests as test_forms
 from posttrain.data import transforms
 from posttrain.chat import THINK_OPEN, assemble_response
+from posttrain.data import row_cache
 from posttrain.data.files import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
 from posttrain.rewards import TASK_KINDS, unguarded_code_rows
 from posttrain.data.transforms import AnswerFrom, DropReason, MapValue, ReplyFrom, RowRefused
@@ -498,55 +499,26 @@ def _constraints(row: dict, where: str) -> list[dict]:
 # ---------------------------------------------------------------- a role: sources mixed by weight
 
 
-def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> RoleData:
-    """Every source of a role, normalised, then mixed: without weights, concatenated in order; with
-    weights (all or none), each source gets round(total * w / sum(w)) rows of the role's total (the
-    sum of the sources' sizes), drawn with the seed; a source smaller than its share is upsampled,
-    which `notes` says."""
+def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int, cache: Path | None = None) -> RoleData:
+    """Every source of a role normalised (or read back from `cache`: posttrain.data.row_cache), then
+    mixed: without weights, concatenated in order; with weights (all or none), each source gets
+    round(total * w / sum(w)) of the sources' total rows, drawn with the seed (upsampled, said in `notes`)."""
     per_source: list[tuple[SourceConfig, list[dict]]] = []
-    notes: list[str] = []
-    dropped: Counter = Counter()
-    origins: dict[int, str] = {}
+    notes, dropped, origins, hashes = [], Counter(), {}, {}
     for source in sources:
         _check_role_transforms(role, source)
-        raw = read_source(source, root)
-        if source.shuffle_seed is not None:
-            random.Random(source.shuffle_seed).shuffle(raw)
-        if source.limit is not None:
-            raw = raw[:source.limit]
-        if not raw:
-            raise DatasetError(f"{source.label}: data source of role {role!r} is empty")
-        normalise = (lambda r, w: normalise_sft(r, source, w, role)) if role in SFT_ROLES else (
-            lambda r, w: normalise_prompt(r, source, w))
-        if role == "preferences":   # TRL's preference formats
-            from posttrain.data.preferences import normaliser
-            normalise = normaliser(source)
-        rows, gone = [], Counter()
-        for r in raw:
-            try:
-                rows.append(normalise(r.row, r.where))
-                origins[id(rows[-1])] = r.where
-            except RowRefused as exc:
-                if exc.reason not in source.drop:
-                    raise
-                gone[exc.reason] += 1
-        if source.transform_summary():
-            notes.append(f"role {role!r}: {source.label} transforms {source.transform_summary()}")
-        notes.extend(n for n in [test_forms.source_note(role, source, rows)] if n)
-        if gone:
-            counts = ", ".join(f"{reason} {n}" for reason, n in sorted(gone.items()))
-            if not rows:
-                raise DatasetError(f"{source.label}: no row of role {role!r} is left: `drop:` dropped all "
-                                   f"{len(raw)} ({counts})")
-            notes.append(f"role {role!r}: {source.label} dropped {sum(gone.values())} of {len(raw)} rows ({counts})")
-            dropped.update(gone)
-        per_source.append((source, rows))
+        done = row_cache.normalised(role, source.model_dump_json(exclude={"weight"}), root, source_hash(source, root),
+                                    cache, lambda: _normalise_source(role, source, root))
+        origins.update((id(row), where) for row, where in zip(done.rows, done.wheres))
+        notes.extend(done.notes)
+        dropped.update(done.dropped)
+        hashes[source.label] = done.content_hash
+        per_source.append((source, done.rows))
     weights = [s.weight for s, _ in per_source]
     if any(w is not None for w in weights) and not all(w is not None for w in weights):
         raise DatasetError(f"role {role!r}: give every source a `weight`, or none")
     if not per_source:
         return RoleData([])
-    hashes = {s.label: source_hash(s, root) for s, _ in per_source}
     total = sum(len(rows) for _, rows in per_source)
     if weights[0] is None:
         rows = [r for _, source_rows in per_source for r in source_rows]
@@ -564,6 +536,42 @@ def load_role(role: str, sources: list[SourceConfig], root: Path, seed: int) -> 
         mixed.extend(drawn)
     rng.shuffle(mixed)
     return RoleData(mixed, {k: v / max(1, len(mixed)) for k, v in counts.items()}, notes, hashes, dict(dropped), origins)
+
+
+def _normalise_source(role: str, source: SourceConfig, root: Path) -> row_cache.NormalisedSource:
+    raw = read_source(source, root)
+    if source.shuffle_seed is not None:
+        random.Random(source.shuffle_seed).shuffle(raw)
+    if source.limit is not None:
+        raw = raw[:source.limit]
+    if not raw:
+        raise DatasetError(f"{source.label}: data source of role {role!r} is empty")
+    normalise = (lambda r, w: normalise_sft(r, source, w, role)) if role in SFT_ROLES else (
+        lambda r, w: normalise_prompt(r, source, w))
+    if role == "preferences":   # TRL's preference formats
+        from posttrain.data.preferences import normaliser
+        normalise = normaliser(source)
+    done = row_cache.NormalisedSource([], [], read=len(raw))
+    gone: Counter = Counter()
+    for r in raw:
+        try:
+            done.rows.append(normalise(r.row, r.where))
+            done.wheres.append(r.where)
+        except RowRefused as exc:
+            if exc.reason not in source.drop:
+                raise
+            gone[exc.reason] += 1
+    if source.transform_summary():
+        done.notes.append(f"role {role!r}: {source.label} transforms {source.transform_summary()}")
+    done.notes.extend(n for n in [test_forms.source_note(role, source, done.rows)] if n)
+    if gone:
+        counts = ", ".join(f"{reason} {n}" for reason, n in sorted(gone.items()))
+        if not done.rows:
+            raise DatasetError(f"{source.label}: no row of role {role!r} is left: `drop:` dropped all "
+                               f"{len(raw)} ({counts})")
+        done.notes.append(f"role {role!r}: {source.label} dropped {sum(gone.values())} of {len(raw)} rows ({counts})")
+        done.dropped = dict(gone)
+    return done
 
 
 def _check_role_transforms(role: str, source: SourceConfig) -> None:
