@@ -345,3 +345,7 @@ def check_launch(stage, trainer: TrainingHardware, launcher: LauncherConfig, sam
     if launcher.shards_weights() and trainer.lora is not None:
         raise ValueError("launcher: merging a LoRA adapter needs the whole model in one process; ZeRO-3 / FSDP "
                          "shard it (use ddp or zero2 with lora)")
+    if launcher.shards_weights() and getattr(trainer, "monitor_kl", False) and getattr(trainer, "beta", None) == 0:
+        raise ValueError("launcher: trainer.monitor_kl measures the rollout policy's drift against a frozen copy of "
+                         "the whole model, which ZeRO-3 / FSDP shard; set trainer.monitor_kl: false under this "
+                         "launcher (with beta > 0 TRL's own reference model gives the KL)")

@@ -72,25 +72,31 @@ def test_zero3_on_two_ranks_trains_what_one_process_trains(tmp_path):
 # ----------------------------------------------------------------------------- GRPO under ZeRO
 
 def _zero_rl_inputs(tmp_path, profile: str, **trainer):
-    """The smoke world's reasoning RL as a 2-process job on the shipped ZeRO profile, the held-out
-    probe on: (stage config, StageInputs, the request file the ranks are started with)."""
+    """Reasoning RL of a user project (tests/userdata.py) as a 2-process job on the shipped ZeRO
+    profile, the held-out probe on, from a tiny Qwen3 first taught to answer sums in the chat format
+    (so that rewards differ within a group and GRPO has a gradient): (stage config, StageInputs, the
+    request file the ranks are started with)."""
     import yaml
+    from transformers import AutoTokenizer
 
-    from conftest import write_smoke_config
+    from flows.chain import base_checkpoint
     from posttrain.config import load_config
     from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
-    from posttrain.world.build import base_checkpoint, ensure_world
+    from tests.userdata import build_project, train_on_sums
 
-    config = write_smoke_config(tmp_path, reasoning_rl={"threads": 1, "prompts_per_step": 2, "num_generations": 2,
-                                                        **trainer})
+    config = build_project(tmp_path)
+    teacher = tmp_path / "models" / "teacher"
+    train_on_sums(teacher, AutoTokenizer.from_pretrained(teacher), steps=300, hi=99)
     raw = yaml.safe_load(config.read_text())
+    raw["stages"]["reasoning_rl"]["trainer"].update(threads=1, prompts_per_step=4, num_generations=4,
+                                                    max_completion_length=40, learning_rate=1e-4,
+                                                    monitor_kl=profile != "zero3", **trainer)
     raw["stages"]["reasoning_rl"].update(probe_every=2, probe_items=4, launcher={
         "kind": "accelerate", "config_file": f"configs/accelerate/{profile}.yaml", "num_processes": 2,
         "mixed_precision": "no"})
     config.write_text(yaml.safe_dump(raw))
     cfg = load_config(config)
-    ensure_world(cfg)
     data = prepare(cfg, tmp_path / "runs" / "prepared", ("reasoning_rl",))
     work = tmp_path / "runs" / profile / "reasoning_rl"
     inputs = StageInputs(parent=base_checkpoint(cfg), work_dir=str(work), seed=0, model=cfg.base.settings(),
@@ -108,6 +114,7 @@ def test_grpo_steps_under_zero2_on_two_cpu_processes(tmp_path):
     assert (metrics["processes"], metrics["zero_stage"], metrics["parameter_share_per_rank"]) == (2, 2, 1.0), metrics
     steps = [row for row in result.train_log if "reward" in row]
     assert len(steps) == 3, result.train_log
+    assert any(row["reward_std"] > 0 and row["grad_norm"] > 0 for row in steps), steps   # a gradient to follow
     assert [row["step"] for row in result.train_log if "heldout/math_accuracy" in row] == [0, 2, 3]
     model, _ = load_checkpoint(result.checkpoint, for_training=False)
     base, _ = load_checkpoint(inputs.parent, for_training=False)
@@ -133,10 +140,11 @@ def test_a_killed_rank_fails_grpo_under_zero3_and_a_rerun_resumes_from_the_shard
     stage, inputs, request = _zero_rl_inputs(tmp_path, "zero3", max_steps=30, save_steps=2)
     work = request.parent.parent
     killed: list[int] = []
+    failed_alone = threading.Event()   # the stage ended before the kill: stop watching
 
     def kill_rank_1():
         deadline = time.time() + 900
-        while time.time() < deadline and not killed:
+        while time.time() < deadline and not killed and not failed_alone.is_set():
             if any(work.glob("trainer/checkpoint-2/trainer_state.json")):
                 if pid := _rank_pid(1, request):
                     os.kill(pid, signal.SIGKILL)
@@ -146,9 +154,12 @@ def test_a_killed_rank_fails_grpo_under_zero3_and_a_rerun_resumes_from_the_shard
     killer = threading.Thread(target=kill_rank_1, daemon=True)
     killer.start()
     with pytest.raises(StageLaunchFailed) as failed:
-        launch("reasoning_rl", stage, inputs, stage.launcher)
+        try:
+            launch("reasoning_rl", stage, inputs, stage.launcher)
+        finally:
+            failed_alone.set()
     killer.join()
-    assert killed, "rank 1 was never seen"
+    assert killed, f"rank 1 was never killed; the stage ended with: {failed.value}"
     assert "rank 1 of 2" in str(failed.value) and "SIGKILL" in str(failed.value), str(failed.value)
     left = sorted(work.glob("trainer/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert left and any(left[-1].glob("global_step*/*optim_states.pt")), "no sharded DeepSpeed checkpoint was left"

@@ -31,6 +31,8 @@ from posttrain.trainer_config import LauncherConfig
     ("general_rl", "{kind: accelerate, config_file: configs/accelerate/nowhere.yaml}", "does not exist"),
     ("mode_fusion_sft", "{kind: torchrun, num_processes: 2}", "writes its dataset to the data store"),
     ("cold_start_sft", "{kind: accelerate, config_file: MULTI_CPU_CONFIG, num_processes: 2}", "use kind torchrun"),
+    ("reasoning_rl", "{kind: accelerate, config_file: configs/accelerate/fsdp.yaml, num_processes: 2}",
+     "set trainer.monitor_kl: false"),
 ])
 def test_launcher_settings_that_cannot_work_are_refused_at_load(tmp_path, stage, launcher, words):
     cpu = tmp_path / "cpu.yaml"

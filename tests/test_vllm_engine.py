@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import statistics
 
 import pytest
@@ -24,34 +23,9 @@ pytestmark = pytest.mark.engines
 
 from posttrain.chat import ChatConfig  # noqa: E402
 from posttrain.generation import ThinkingBudget, VLLMEngine, generate, generate_replies  # noqa: E402
-from tests.userdata import _problems, build_model, build_tokenizer  # noqa: E402
+from tests.userdata import _problems, build_model, build_tokenizer, train_on_sums  # noqa: E402
 
 CHAT = ChatConfig(thinking_switch="template_kwarg")
-
-
-def _train(directory, tokenizer, steps: int = 300) -> None:
-    """A few hundred AdamW steps on chat-formatted sums: enough for replies that end."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(directory)
-    model.train()
-    texts = []
-    for question, answer in _problems(1, 400, 0, 49):
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                               add_generation_prompt=True, enable_thinking=True)
-        texts.append(f"{prompt}<think>\nadd them: {answer}\n</think>\n\nThe answer is \\boxed{{{answer}}}.<|im_end|>")
-    torch.manual_seed(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    rng = random.Random(0)
-    for _ in range(steps):
-        batch = tokenizer(rng.sample(texts, 16), return_tensors="pt", padding=True, add_special_tokens=False)
-        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(directory)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +33,7 @@ def checkpoint(tmp_path_factory):
     directory = tmp_path_factory.mktemp("engine_model")
     tokenizer = build_tokenizer(directory)
     build_model(directory, tokenizer, hidden=64, layers=2, seed=0)
-    _train(directory, tokenizer)
+    train_on_sums(directory, tokenizer)
     return directory
 
 

@@ -65,6 +65,32 @@ def build_model(directory: Path, tokenizer, hidden: int, layers: int, seed: int)
     tokenizer.save_pretrained(directory)
 
 
+def train_on_sums(directory: Path, tokenizer, steps: int = 300, hi: int = 49) -> None:
+    """A few hundred AdamW steps on chat-formatted sums of numbers up to `hi` (think block, boxed
+    answer, end of turn): enough for a tiny model whose replies have structure and are sometimes right."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.train()
+    texts = []
+    for question, answer in _problems(1, 400, 0, hi):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                               add_generation_prompt=True, enable_thinking=True)
+        texts.append(f"{prompt}<think>\nadd them: {answer}\n</think>\n\nThe answer is \\boxed{{{answer}}}.<|im_end|>")
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = tokenizer(rng.sample(texts, 16), return_tensors="pt", padding=True, add_special_tokens=False)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(directory)
+
+
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
