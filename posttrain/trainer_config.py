@@ -186,7 +186,7 @@ class GRPOTrainerConfig(TrainingHardware):
     # With beta = 0 there is no KL term, and TRL logs no KL; this still measures how far each
     # batch's rollout policy has drifted from the stage's starting policy (`kl` in the log, the
     # KL alert and plot) on one completion per group, at the cost of a frozen copy of the model and
-    # two forward passes over those (turn it off under DeepSpeed ZeRO-3: the model cannot be copied).
+    # two forward passes over those (refused under ZeRO-3 / FSDP, whose shards cannot be copied whole).
     monitor_kl: bool = True
     warmup_ratio: float = Field(0.0, ge=0, le=1)
     save_steps: int = Field(20, ge=1)

@@ -52,5 +52,9 @@ def test_the_chain_over_two_stages_generates_and_evaluates_on_vllm(tmp_path, mon
     for name in ("base", "cold_start_sft"):
         assert 0 <= stages[name]["eval"]["math/accuracy"] <= 1 and stages[name]["eval"]["math/format"] >= 0
     assert stages["cold_start_sft"]["status"] == "passed" and stages["rejection_sampling"]["status"] == "passed"
-    kept = stages["rejection_sampling"]["train_metrics"]["kept_rows"]
-    assert kept > 0, stages["rejection_sampling"]
+    # the engine's samples came back and were judged: the verdicts' shares add up to every sample drawn
+    metrics = stages["rejection_sampling"]["train_metrics"]
+    total = metrics["prompts"] * raw["stages"]["rejection_sampling"]["samples_per_prompt"]
+    refused = sum(v for k, v in metrics.items() if k.startswith("rejected/"))
+    assert total > 0 and abs(metrics["acceptance_rate"] - (total - refused) / total) < 1e-9, metrics
+    assert metrics["kept_rows"] <= total - refused, metrics

@@ -1,7 +1,7 @@
 """A generative judge with a reference answer (Qwen3 sec. 4.4, the model-based reward with a
 reference): a model reads the question, the reference and the reply and states a verdict, parsed to
 a score in [0, 1]. It runs on the local generation engine (hf or vLLM, posttrain.generation) or on
-any OpenAI-compatible endpoint (`vllm serve`; `trl vllm-serve` is not one).
+any OpenAI-compatible endpoint (`vllm serve`, or `trl vllm-serve`, which runs vLLM's server).
 
 It never raises and never hangs the trainer: each request has a timeout and retries, each reward
 call a deadline; a verdict that is missing (endpoint down, timeout) or unparsable scores 0 and is
