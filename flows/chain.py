@@ -197,8 +197,10 @@ class ChainRun:
         if result.checkpoint.digest == parent.checkpoint.digest:
             evaluation = self.evals[parent.name]
         else:
+            # once the reward model stage has run, open-ended suites also report its score (never gated)
             evaluation, _ = call_cached(evaluate_checkpoint, self.force, self.storage, checkpoint=result.checkpoint,
-                                        config=self.cfg, suites=self.data.suites, label=name)
+                                        config=self.cfg, suites=self.data.suites, label=name,
+                                        reward_model=self.reward_model)
         self.evals[name] = evaluation
         return evaluation
 

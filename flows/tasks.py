@@ -90,7 +90,8 @@ def eval_cache_key(context, parameters) -> str:
     return "eval-" + _digest(EVAL_VERSION, VERIFIER_VERSIONS, parameters["checkpoint"].digest, cache_relevant(cfg.evaluation),
                              cfg.budget_curve_for(parameters["label"]),
                              [s.model_dump(mode="json", exclude={"sources"}) for s in cfg.data.suites()],
-                             {k: d.md5 for k, d in parameters["suites"].items()}, cfg.base.settings().model_dump(mode="json"))
+                             {k: d.md5 for k, d in parameters["suites"].items()}, cfg.base.settings().model_dump(mode="json"),
+                             *([rm.digest] if (rm := parameters.get("reward_model")) is not None else []))
 
 
 @task(name="stage", cache_key_fn=stage_cache_key, persist_result=True, result_serializer="json",
@@ -126,11 +127,12 @@ def execute_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> Sta
 @task(name="evaluate", cache_key_fn=eval_cache_key, persist_result=True, result_serializer="json",
       task_run_name="evaluate-{label}")
 def evaluate_checkpoint(checkpoint: CheckpointRef, config: PipelineConfig, suites: dict[str, DatasetRef],
-                        label: str) -> EvalResult:
+                        label: str, reward_model: CheckpointRef | None = None) -> EvalResult:
     from posttrain.evaluation import evaluate
 
     return evaluate(checkpoint, config, suites=suites, desc=f"evaluating {label}",
-                    budget_curve=config.budget_curve_for(label))
+                    budget_curve=config.budget_curve_for(label),
+                    reward_model=reward_model.path if reward_model is not None else None)
 
 
 def call_cached(task_fn, refresh: bool, storage: Path, **kwargs):

@@ -104,23 +104,26 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
 
 
 def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, suites: dict[str, DatasetRef] | None = None,
-             model=None, tokenizer=None, desc: str = "evaluating", budget_curve: bool = False) -> EvalResult:
+             model=None, tokenizer=None, desc: str = "evaluating", budget_curve: bool = False,
+             reward_model: str | Path | None = None) -> EvalResult:
     """The checkpoint on every suite; with `budget_curve`, also the thinking-budget curve
-    (evaluation.budget_curve: the stages from mode fusion on)."""
+    (evaluation.budget_curve: the stages from mode fusion on); with `reward_model` (a directory), also
+    its score of the replies to open-ended suites (`<suite>/reward_model`: what training pays,
+    described beside the independent check the suite is gated on)."""
     torch.set_num_threads(cfg.evaluation.threads)
     settings = cfg.base.settings()
     rows = suite_rows(cfg, suites)
     if model is not None:
-        return _evaluate(model, tokenizer, cfg, rows, desc, budget_curve)
+        return _evaluate(model, tokenizer, cfg, rows, desc, budget_curve, reward_model)
     model, tokenizer = load_generator(checkpoint, settings, cfg.evaluation)
     try:
-        return _evaluate(model, tokenizer, cfg, rows, desc, budget_curve)
+        return _evaluate(model, tokenizer, cfg, rows, desc, budget_curve, reward_model)
     finally:
         release(model)
 
 
 def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]], desc: str,
-              budget_curve: bool = False) -> EvalResult:
+              budget_curve: bool = False, reward_model: str | Path | None = None) -> EvalResult:
     configs = cfg.data.suites()
     generations = suite_generations(model, tokenizer, cfg, rows, desc)
     metrics, per_item, samples = {}, {}, []
@@ -136,6 +139,16 @@ def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]]
                                                            generations[suite_name], suite_name, desc)
         metrics.update(curve_metrics)
         per_item.update(curve_items)
+    open_suites = [s for s in configs if s.kind == "open" and rows[s.name]]
+    if reward_model is not None and open_suites:
+        from posttrain.reward_model import RewardModelScorer
+        from posttrain.rewards.model_based import conversation_scores
+
+        scorer = RewardModelScorer(reward_model)
+        for s in open_suites:
+            replies = [(r["prompt"], g.text) for r, gens in zip(rows[s.name], generations[s.name]) for g in gens]
+            raw = conversation_scores(scorer, [p for p, _ in replies], [t for _, t in replies])
+            metrics[f"{s.name}/reward_model"] = _mean(raw)
     return EvalResult(metrics=metrics, per_item=per_item, samples=samples,
                       items={s.name: len(rows[s.name]) for s in configs})
 

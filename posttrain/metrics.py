@@ -39,6 +39,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("guard_overrides", "constraints met, refused by a guard", None, False, kinds=("instruction",)),
     *(Metric(name, f"IFEval {level}-level {reading} accuracy (the benchmark's own checks)", True, level == "prompt",
              kinds=("instruction",)) for (level, reading), name in IFEVAL_ACCURACIES.items()),
+    Metric("reward_model", "the reward model's mean raw score (what training pays; never gated)", None, False,
+           kinds=("open",)),
     Metric("len_correct", "tokens, correct answers", None, False, kinds=("math",)),
     Metric("len_wrong", "tokens, wrong answers", None, False, kinds=("math",)),
 )

@@ -8,6 +8,15 @@ import math
 
 from posttrain.rl import EVAL_DISAGREEMENT, ProblemStats
 
+# What each task kind's rows were paid, per batch: `reward_by_kind/<kind>` in the training log and the
+# stage's metrics (the report card); the model-based rewards log their own (`reward_model/*`, `judge/*`).
+BY_KIND = "reward_by_kind/"
+
+
+def by_kind(log: list[dict]) -> tuple[str, ...]:
+    """The `reward_by_kind/<kind>` keys a stage's training log holds."""
+    return tuple(sorted({key for row in log for key in row if key.startswith(BY_KIND)}))
+
 
 def tracked(reward, stats: ProblemStats, num_generations: int):
     """A task reward (posttrain.rewards.make_task_reward) that also records each group's verdicts
@@ -15,8 +24,9 @@ def tracked(reward, stats: ProblemStats, num_generations: int):
     scores (through TRL's `log_metric`). The statistics read the reward's own verdicts: what the
     sampler calls solved is what training pays and evaluation scores."""
 
-    def task_reward(completions, problem_index, completion_ids=None, log_metric=None, **kwargs):
-        verdicts = reward.verdicts(completions, completion_ids=completion_ids, **kwargs)
+    def task_reward(completions, problem_index, completion_ids=None, log_metric=None, kind=None, **kwargs):
+        verdicts = reward.verdicts(completions, completion_ids=completion_ids,
+                                   **({} if kind is None else {"kind": kind}), **kwargs)
         scored = [i for i, v in enumerate(verdicts) if v is not None]
         if scored:
             lengths = [len(completion_ids[i]) for i in scored] if completion_ids else [0] * len(scored)
@@ -26,6 +36,9 @@ def tracked(reward, stats: ProblemStats, num_generations: int):
                 for key, value in stats.last_batch.items():
                     if not math.isnan(value):
                         log_metric(key, value)
+                for row_kind in sorted({kind[i] for i in scored} if kind else ()):
+                    paid = [verdicts[i][0] for i in scored if kind[i] == row_kind]
+                    log_metric(f"{BY_KIND}{row_kind}", sum(paid) / len(paid))
         return [None if v is None else v[0] for v in verdicts]
 
     task_reward.__name__ = reward.__name__

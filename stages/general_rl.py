@@ -20,7 +20,7 @@ from posttrain.reward_model import RewardModelScorer
 from posttrain.rewards.judge import build_judge
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
 from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
-from posttrain.rl_rewards import stage_rewards
+from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
@@ -70,6 +70,7 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
         alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(rows), forgeable_code_rows(rows)] if n],
         train_metrics={**sharding(trainer), **{f"{kind}_prompts": float(n) for kind, n in kinds.items()},
                        "no_think_prompts": float(sum(r.get("thinking") is False for r in rows)), **summary(
-            log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "kl", "completions/mean_length"))},
+            log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "kl", "completions/mean_length",
+                  *by_kind(log)))},
         wall_s=time.time() - started,
     )

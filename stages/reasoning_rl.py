@@ -18,7 +18,7 @@ from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
 from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record
-from posttrain.rl_rewards import stage_rewards
+from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
@@ -69,6 +69,6 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
         train_metrics={**sharding(trainer), "prompts": len(problems), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
                   "completions/clipped_ratio", "kl", "groups/all_correct", "groups/all_wrong", "groups/mixed",
-                  "length/correct", "length/wrong"))},
+                  "length/correct", "length/wrong", *by_kind(log)))},
         wall_s=time.time() - started,
     )

@@ -184,3 +184,34 @@ def test_the_reward_model_stage_runs_in_one_process(tmp_path):
 
     message = config_error(tmp_path, "stages:\n  reward_model:\n    launcher: {kind: torchrun, num_processes: 2}\n")
     assert "reward_model saves its reward model from this process only" in message
+
+
+def test_evaluation_reports_the_reward_models_score_of_open_suites_as_training_pays_it(trained, init_model, tmp_path):
+    """After the reward model stage, an open-ended suite also reports `<suite>/reward_model`: the raw
+    score training's reward gives the same reply (one rendering, model_based.conversation_scores);
+    without a reward model there is no such metric, and a gate cannot name it (it is descriptive)."""
+    from posttrain.config import ConfigError, load_config
+    from posttrain.data.files import write_jsonl
+    from posttrain.evaluation import evaluate
+    from posttrain.reward_model import RewardModelScorer
+    from posttrain.rewards import RewardSettings
+    from posttrain.rewards.model_based import make_reward_model_reward
+
+    result, held, _ = trained
+    question = held[0]["prompt"][-1]["content"]
+    write_jsonl([{"prompt": question, "kind": "open", "constraints": [{"type": "lowercase"}]}], tmp_path / "open.jsonl")
+    config = (f"name: t\nbase: {{model: {init_model.path}}}\nevaluation: {{max_new_tokens: 12}}\n"
+              "data:\n  eval:\n    - {name: chat, kind: open, mode: row, sources: {path: open.jsonl}}\n")
+    (tmp_path / "c.yaml").write_text(config)
+    cfg = load_config(tmp_path / "c.yaml")
+    scored = evaluate(init_model, cfg, reward_model=result.reward_model.path)
+    assert "chat/reward_model" not in evaluate(init_model, cfg).metrics
+    logged = {}
+    reward = make_reward_model_reward(RewardSettings(reward_model=RewardModelScorer(result.reward_model.path)))
+    reward([scored.samples[0]["response"]], task=[json.dumps({"kind": "open", "prompt": [
+        {"role": "user", "content": question}]})], log_metric=logged.__setitem__)
+    assert scored.metrics["chat/reward_model"] == pytest.approx(logged[RAW_SCORE], abs=1e-6)
+    (tmp_path / "g.yaml").write_text(config + "stages:\n  general_rl:\n    gate: {targets: [{metric: chat/reward_model, "
+                                     "above: mode_fusion_sft}]}\n")
+    with pytest.raises(ConfigError, match="chat/reward_model"):
+        load_config(tmp_path / "g.yaml")

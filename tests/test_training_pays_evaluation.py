@@ -206,6 +206,30 @@ def test_a_truncated_reply_is_wrong_in_every_reward_stack_and_in_the_sampler(tok
                   kind=["math"] * 2, thinking=[True] * 2)[1] <= 0
 
 
+def test_the_task_reward_is_logged_split_by_row_kind_for_the_report_card(tokenizer):
+    """`correctness` pays math and direct rows: one batch of both logs what each kind was paid."""
+    cfg = load_config("configs/default.yaml")
+    model, chat, stage = _model(tokenizer), ChatConfig(), cfg.stages.general_rl
+    rows = [{"kind": "math", "prompt": [user_turn("Compute 20 + 22.", True)], "answer": "42", "thinking": True},
+            {"kind": "direct", "prompt": [user_turn("Capital of France?", False)], "answer": "Paris", "thinking": False}]
+    examples = grpo_dataset(tokenizer, chat, rows)
+    replies = [assemble_response("20 and 22 make 42", "\\boxed{42}"), assemble_response("20 and 22", "\\boxed{41}"),
+               assemble_response("", "Paris"), assemble_response("", "Paris"), assemble_response("", "Lyon"),
+               assemble_response("", "Paris")]
+    owner = [0, 0, 1, 1, 1, 1]
+    views = [_trl_view(tokenizer, r, examples[i]["prefill"], False) for r, i in zip(replies, owner)]
+    stats = ProblemStats([r["kind"] for r in rows])
+    funcs, _ = stage_rewards(stage.rewards.model_dump(), reward_settings(stage, model, tokenizer), chat=chat,
+                             tokenizer=tokenizer, model=model, stats=stats)
+    (task,) = [f for f in funcs if f.__name__ == "correctness"]
+    columns = {k: [examples[i][k] for i in owner] for k in examples[0] if k != "prompt"}
+    logged = {}
+    got = task(completions=[t for _, t in views], completion_ids=[ids for ids, _ in views],
+               log_metric=logged.__setitem__, **columns)
+    assert got == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    assert logged["reward_by_kind/math"] == 0.5 and logged["reward_by_kind/direct"] == 0.75
+
+
 def test_a_kind_no_weighted_reward_pays_is_refused_naming_the_weight():
     cfg = load_config("configs/default.yaml")
     with pytest.raises(MissingTaskReward, match=r"12 rows of kind 'code'.*set rewards\.code > 0"):

@@ -58,6 +58,12 @@ def normalise_groups(scores: list[float], groups: list[str], finished: list[bool
     return out
 
 
+def conversation_scores(scorer, prompts: list, replies: list[str]) -> list[float]:
+    """The reward model's raw score of each reply after its prompt: what training pays (before the
+    group normalisation) and what evaluation reports, rendered once."""
+    return scorer.scores([_messages(p) + [{"role": "assistant", "content": r}] for p, r in zip(prompts, replies)])
+
+
 def make_reward_model_reward(settings):
     """The `reward_model` reward of a stage: `settings.reward_model` (a RewardModelScorer) scores the
     rows of the kinds it pays (posttrain.rewards.TASKS)."""
@@ -76,9 +82,7 @@ def make_reward_model_reward(settings):
             raise ValueError("the reward_model reward has no reward model: the chain's reward model stage gives it")
         cut = truncated_flags(completion_ids, settings.stop_ids, len(completions))
         texts = [completion_text(completions[i]) for i in todo]
-        conversations = [_messages(rows[i].get("prompt")) + [{"role": "assistant", "content": t}]
-                         for i, t in zip(todo, texts)]
-        raw = scorer.scores(conversations)
+        raw = conversation_scores(scorer, [rows[i].get("prompt") for i in todo], texts)
         lengths = [len(completion_ids[i]) if completion_ids is not None else len(t) for i, t in zip(todo, texts)]
         normalised = normalise_groups(raw, _group_keys([rows[i] for i in todo]), [not cut[i] for i in todo], lengths,
                                       length_debias=settings.reward_model_length_debias)
