@@ -6,8 +6,10 @@
            install so that every requirement of the stage path holds; a missing distribution with
            no wheel stops the check, a version the pins do not allow and no wheel replaces is noted.
     run    (there, in the venv): cold-start SFT and a few GRPO steps of the tests' tiny model
-           (tests/userdata.py), the stage functions called directly (no Prefect, DVC or MLflow), and
-           the hf generation loop timed on the SFT checkpoint; writes gpu_smoke.md.
+           (tests/userdata.py), the stage functions called directly (no Prefect, DVC or MLflow), the
+           hf generation loop timed on the SFT checkpoint, and cold-start SFT again under DeepSpeed
+           ZeRO-2 (configs/accelerate/zero2.yaml as shipped, launched as a run launches it) when
+           DeepSpeed imports there; writes gpu_smoke.md.
 """
 from __future__ import annotations
 
@@ -35,6 +37,9 @@ CARRIED = ("trl", "datasets", "dill", "multiprocess", "pydantic", "pydantic-core
            "transformers", "tokenizers", "regex", "fsspec", "peft")
 # Project requirements only the flow, data versioning, the registry and the plots import.
 OFF_THE_STAGE_PATH = {"prefect", "dvc", "mlflow-skinny", "sqlalchemy", "alembic", "matplotlib"}
+# DeepSpeed (the `gpu` extra's pin) and what it needs beyond the image: a pure wheel built here from
+# its source distribution (its CUDA ops build on first use there, where nvcc and ninja exist).
+DEEPSPEED = ("deepspeed", "hjson", "msgpack", "ninja", "py-cpuinfo", "einops")
 # Too big to carry: the machine's own build is used whatever its version.
 MACHINE_OWN = {"torch"}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
@@ -59,6 +64,12 @@ def fetch(dest: Path, python_version: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", python_version, "--implementation", "cp", *platforms, "-d", str(dest), *pins],
                    check=True)
+    deepspeed = _deepspeed_pin()
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "--python-version", python_version, "--implementation", "cp", *platforms, "-d", str(dest),
+                    *DEEPSPEED[1:]], check=True)
+    # published as a source distribution only: built here into a pure wheel (py3-none-any)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), deepspeed], check=True)
     wheels = sorted(dest.glob("*.whl"))
     total = sum(w.stat().st_size for w in wheels) / 2**20
     for wheel in wheels:
@@ -67,6 +78,12 @@ def fetch(dest: Path, python_version: str) -> None:
     if total > MAX_WHEELS_MIB:
         raise SystemExit(f"the wheels take {total:.1f} MiB, over {MAX_WHEELS_MIB} MiB: the device machine takes "
                          "64 MiB of carried files with the working tree")
+
+
+def _deepspeed_pin() -> str:
+    """The `gpu` extra's DeepSpeed requirement (pyproject.toml), as one pip argument."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    return next(r for r in extras if canonical(r).startswith("deepspeed"))
 
 
 # ----------------------------------------------------------------------------- plan (there)
@@ -101,6 +118,9 @@ def plan(wheels_dir: Path, pretend_missing: set[str], roots: list[str] | None = 
     for path in sorted(wheels_dir.glob("*.whl")) if wheels_dir.is_dir() else []:
         name, version, requires = _wheel_metadata(path)
         carried[name] = (version, requires, path)
+    roots = list(roots if roots is not None else stage_path_roots())
+    if "deepspeed" in carried:   # the ZeRO-2 phase: DeepSpeed and its needs, when its wheel came along
+        roots.append(f"deepspeed=={carried['deepspeed'][0]}")
     chosen: dict[str, tuple[str, list[str], Path]] = {}
 
     def have(name: str):
@@ -109,7 +129,7 @@ def plan(wheels_dir: Path, pretend_missing: set[str], roots: list[str] | None = 
     while True:
         missing, notes, seen, changed = [], [], set(), False
         # (requirement, who asks: None for the project, else the distribution that requires it)
-        queue = [(Requirement(r), None) for r in (roots if roots is not None else stage_path_roots())]
+        queue = [(Requirement(r), None) for r in roots]
         while queue and not changed:
             req, asker = queue.pop()
             if req.marker is not None and not req.marker.evaluate({"extra": ""}):
@@ -174,6 +194,34 @@ def _generation_rate(checkpoint, settings, device: str, prompts: int, max_new_to
     tokens = sum(g.num_tokens for (g,) in replies)
     return {"prompts": prompts, "max_new_tokens": max_new_tokens, "tokens": tokens, "seconds": seconds,
             "tokens_per_s": tokens / seconds}
+
+
+def _zero2(cfg, inputs, device: str, steps: int) -> dict:
+    """Cold-start SFT under DeepSpeed ZeRO-2: configs/accelerate/zero2.yaml as shipped, launched by
+    posttrain's launcher (`accelerate launch`), one process per GPU (two on the CPU rehearsal, whose
+    accelerator DeepSpeed picks itself), bf16 on CUDA. Skipped, saying why, where DeepSpeed does not import."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return {"skipped": "DeepSpeed is not installed here (bench/gpu_smoke.sh fetch carries its wheel)"}
+    import torch
+
+    from posttrain.launcher import launch
+    from posttrain.trainer_config import LauncherConfig
+
+    processes = max(1, torch.cuda.device_count()) if device == "cuda" else 2
+    launcher = LauncherConfig(kind="accelerate", config_file="configs/accelerate/zero2.yaml", num_processes=processes,
+                              mixed_precision="bf16" if device == "cuda" else "no")
+    started = time.perf_counter()
+    result = launch("cold_start_sft", cfg.stage("cold_start_sft"), inputs, launcher)
+    runtime = next(row["train_runtime"] for row in result.train_log if "train_runtime" in row)
+    losses = [row["loss"] for row in result.train_log if "loss" in row]
+    import deepspeed
+
+    return {"deepspeed": deepspeed.__version__, "processes": result.train_metrics.get("processes"),
+            "zero_stage": result.train_metrics.get("zero_stage"), "steps": steps, "s_per_step": runtime / steps,
+            "stage_s": time.perf_counter() - started, "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None}
 
 
 def run(device: str, out: Path, hidden: int, layers: int, sft_steps: int, rl_steps: int, env_report: Path | None) -> int:
@@ -251,6 +299,8 @@ def run(device: str, out: Path, hidden: int, layers: int, sft_steps: int, rl_ste
 
         facts["generation"] = _generation_rate(sft.checkpoint, cfg.base.settings(), device, prompts=64,
                                                max_new_tokens=128)
+        zero2_inputs = inputs("cold_start_sft", parent).model_copy(update={"work_dir": str(work / "runs" / "zero2")})
+        facts["zero2"] = _zero2(cfg, zero2_inputs, device, sft_steps)
     # one run on a lent machine: keep what was measured, and why it stopped (the timeout's SIGINT too)
     except (Exception, KeyboardInterrupt):   # noqa: BLE001
         error = traceback.format_exc()
@@ -288,6 +338,12 @@ def report(facts: dict, env: dict) -> str:
                      f"step 1 {grpo['first_step_s']:.2f} s) | {grpo['completions_per_step']} completions per step, "
                      f"mean {grpo['mean_completion_tokens'] or 0:.1f} tokens (max {grpo['max_completion_length']}); "
                      f"{tokens or 0:.0f} completion tokens/s over whole steps; stage {grpo['stage_s']:.1f} s |")
+    zero2 = facts.get("zero2")
+    if zero2 and "skipped" not in zero2:
+        lines.append(f"| cold-start SFT, DeepSpeed {zero2['deepspeed']} ZeRO-{zero2['zero_stage']:.0f} "
+                     f"(zero2.yaml as shipped, {zero2['processes']:.0f} process(es)) | {zero2['steps']} | "
+                     f"{zero2['s_per_step']:.3f} | loss {zero2['first_loss']:.3f} -> {zero2['last_loss']:.3f}; stage "
+                     f"{zero2['stage_s']:.1f} s with the launch |")
     if gen:
         lines += ["", f"Generation (posttrain.generation, backend hf, greedy, one batch of {gen['prompts']} prompts, "
                   f"max_new_tokens {gen['max_new_tokens']}, after a warm-up): {gen['tokens']} tokens in "
@@ -298,9 +354,11 @@ def report(facts: dict, env: dict) -> str:
         lines.append(f"- {note}")
     if facts.get("origins"):
         lines.append("- imported from: " + "; ".join(f"{k} {p}" for k, p in facts["origins"].items()))
-    lines += ["", "Not checked here: vLLM (`backend: vllm`, GRPO `use_vllm`) and DeepSpeed (`zero2`/`zero3`): neither is "
-              "installed on that machine, which has no network, and their wheels with their CUDA builds are far over "
-              "the 64 MiB it takes; their settings are checked by the config tests only."]
+    if zero2 and "skipped" in zero2:
+        lines += ["", f"DeepSpeed ZeRO-2: not run ({zero2['skipped']})."]
+    lines += ["", "Not checked here: vLLM (`backend: vllm`, GRPO `use_vllm`): it is not installed on that machine, "
+              "which has no network, and its CUDA wheel is hundreds of MiB, far over the 64 MiB it takes; its "
+              "settings are checked by the config tests, its generation on vLLM's CPU build (tests/test_vllm_engine.py)."]
     if facts.get("error"):
         lines += ["", "**The check stopped with an error:**", "", "```", facts["error"].strip()[-3000:], "```"]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU smoke check: cold-start SFT and a few GRPO steps in bf16 on CUDA, the stage functions
-# called directly, on a machine with its own Python (torch, transformers, accelerate, peft) and no
-# network. README "Scaling out" says what it checks.
+# called directly, then cold-start SFT under DeepSpeed ZeRO-2, on a machine with its own Python
+# (torch, transformers, accelerate, peft) and no network. docs/scaling.md says what it checks.
 #
 #   bash bench/gpu_smoke.sh fetch   # here, once: the wheels that machine may lack -> bench/gpu_wheels/
 #   bash bench/gpu_smoke.sh         # there, with bench/gpu_wheels carried: writes $OUT/gpu_smoke.md
@@ -50,7 +50,7 @@ else
     echo "   none"
 fi
 
-echo "== cold-start SFT, GRPO, generation on $DEVICE"
+echo "== cold-start SFT, GRPO, generation, ZeRO-2 SFT on $DEVICE"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 timeout --signal=INT --kill-after=20 "${GPU_SMOKE_TIMEOUT:-330}" \
     "$VENV/bin/python" bench/gpu_smoke.py run --device "$DEVICE" --out "$OUT" --env-report "$OUT/gpu_smoke_env.json"

@@ -50,6 +50,20 @@ def test_the_plan_installs_what_is_missing_or_too_old_and_only_that(tmp_path):
     assert "peft" in {p.name.split("-")[0] for p in install}
 
 
+def test_a_carried_deepspeed_wheel_is_installed_with_what_it_needs(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel(wheels, "deepspeed", "0.19.8", "hjson", "ninja", "torch>=2.0.0", "pydantic>=2.0.0")
+    wheel(wheels, "hjson", "3.1.0")
+    wheel(wheels, "ninja", "1.13.0")
+    machine = {"torch": ("2.11.0", []), "pydantic": ("2.12.0", [])}
+    install, missing, _ = gpu_smoke.plan(wheels, set(), roots=["torch>=2.0"], installed=machine)
+    assert sorted(p.name.split("-")[0] for p in install) == ["deepspeed", "hjson", "ninja"] and missing == []
+    (wheels / "deepspeed-0.19.8-py3-none-any.whl").unlink()   # no DeepSpeed carried: nothing of it installed
+    install, _, _ = gpu_smoke.plan(wheels, set(), roots=["torch>=2.0"], installed=machine)
+    assert install == []
+
+
 def test_the_stage_path_roots_leave_the_orchestration_out():
     names = {r.split(">")[0].split("=")[0].split("<")[0] for r in gpu_smoke.stage_path_roots()}
     assert {"trl", "datasets", "pydantic", "transformers", "torch"} <= names
@@ -61,11 +75,16 @@ def test_the_report_keeps_what_was_measured_and_why_it_stopped():
              "versions": {"python": "3.12.3", "torch": "2.11.0", "cuda": "13.0", "transformers": "5.19.0", "trl": "1.16.0"},
              "model": {"hidden": 256, "layers": 4, "vocabulary": 402, "parameters": 3_000_000, "dtype": "bf16"},
              "sft": {"steps": 8, "batch": 8, "s_per_step": 0.05, "stage_s": 3.0, "first_loss": 6.0, "last_loss": 4.0},
+             "zero2": {"deepspeed": "0.19.8", "processes": 1.0, "zero_stage": 2.0, "steps": 8, "s_per_step": 0.2,
+                       "stage_s": 40.0, "first_loss": 6.0, "last_loss": 4.5},
              "error": "Traceback ...\nRuntimeError: CUDA out of memory"}
     text = gpu_smoke.report(facts, {"installed": ["trl-1.16.0-py3-none-any.whl"], "notes": ["torch 2.11.0 ..."]})
     assert text.startswith("# GPU smoke check (bench/gpu_smoke.sh)")
     assert "| cold-start SFT | 8 | 0.050 |" in text and "trl-1.16.0" in text and "- torch 2.11.0" in text
-    assert "vLLM" in text and "DeepSpeed" in text and "CUDA out of memory" in text
+    assert "vLLM" in text and "CUDA out of memory" in text
+    assert "| cold-start SFT, DeepSpeed 0.19.8 ZeRO-2 (zero2.yaml as shipped, 1 process(es)) | 8 | 0.200 |" in text
+    skipped = gpu_smoke.report({**facts, "zero2": {"skipped": "DeepSpeed is not installed here"}}, {})
+    assert "DeepSpeed ZeRO-2: not run (DeepSpeed is not installed here)" in skipped
 
 
 @pytest.mark.slow
