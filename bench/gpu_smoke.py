@@ -69,7 +69,9 @@ def fetch(dest: Path, python_version: str) -> None:
                     "--python-version", python_version, "--implementation", "cp", *platforms, "-d", str(dest),
                     *DEEPSPEED[1:]], check=True)
     # published as a source distribution only: built here into a pure wheel (py3-none-any)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), deepspeed], check=True)
+    # (its setup imports torch: built against this venv's, not a fresh download in an isolated build)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dest),
+                    deepspeed], check=True)
     wheels = sorted(dest.glob("*.whl"))
     total = sum(w.stat().st_size for w in wheels) / 2**20
     for wheel in wheels:
