@@ -127,40 +127,16 @@ def test_a_killed_rank_fails_grpo_under_zero3_and_a_rerun_resumes_from_the_shard
     killed after the first in-stage checkpoint: the stage fails naming rank 1 and SIGKILL; the rerun
     loads that checkpoint's parameter and optimizer shards and trains to the end; the weights are
     gathered into one checkpoint."""
-    import os
-    import signal
-    import threading
-    import time
-
-    from test_launcher import _rank_pid
+    from test_launcher import launch_killing_rank_1
 
     from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import StageLaunchFailed, launch
+    from posttrain.launcher import launch
 
     stage, inputs, request = _zero_rl_inputs(tmp_path, "zero3", max_steps=30, save_steps=2)
     work = request.parent.parent
-    killed: list[int] = []
-    failed_alone = threading.Event()   # the stage ended before the kill: stop watching
-
-    def kill_rank_1():
-        deadline = time.time() + 900
-        while time.time() < deadline and not killed and not failed_alone.is_set():
-            if any(work.glob("trainer/checkpoint-2/trainer_state.json")):
-                if pid := _rank_pid(1, request):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_rank_1, daemon=True)
-    killer.start()
-    with pytest.raises(StageLaunchFailed) as failed:
-        try:
-            launch("reasoning_rl", stage, inputs, stage.launcher)
-        finally:
-            failed_alone.set()
-    killer.join()
-    assert killed, f"rank 1 was never killed; the stage ended with: {failed.value}"
-    assert "rank 1 of 2" in str(failed.value) and "SIGKILL" in str(failed.value), str(failed.value)
+    killed, failed = launch_killing_rank_1(stage, inputs, work, request)
+    assert killed, f"rank 1 was never killed; the stage ended with: {failed}"
+    assert "rank 1 of 2" in str(failed) and "SIGKILL" in str(failed), str(failed)
     left = sorted(work.glob("trainer/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert left and any(left[-1].glob("global_step*/*optim_states.pt")), "no sharded DeepSpeed checkpoint was left"
 

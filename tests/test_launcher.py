@@ -145,6 +145,35 @@ def _rank_pid(rank: int, request: Path) -> int | None:
     return None
 
 
+def launch_killing_rank_1(stage, inputs, work: Path, request: Path) -> tuple[list[int], StageLaunchFailed]:
+    """Launch a 2-process reasoning RL stage and SIGKILL its rank 1 once the first in-stage checkpoint
+    (checkpoint-2) is written: (the pids killed, the stage's failure). Stops watching if the stage
+    ends on its own first."""
+    from posttrain.launcher import launch
+
+    killed: list[int] = []
+    ended = threading.Event()
+
+    def kill_rank_1():
+        deadline = time.time() + 900
+        while time.time() < deadline and not killed and not ended.is_set():
+            if any(work.glob("trainer/checkpoint-2/trainer_state.json")):
+                if pid := _rank_pid(1, request):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_rank_1, daemon=True)
+    killer.start()
+    with pytest.raises(StageLaunchFailed) as failed:
+        try:
+            launch("reasoning_rl", stage, inputs, stage.launcher)
+        finally:
+            ended.set()
+    killer.join()
+    return killed, failed.value
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
@@ -166,25 +195,9 @@ def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
                          data=data.for_stage("reasoning_rl"))
     stage = cfg.stage("reasoning_rl")
     request = work / "launch" / "request.json"
-    killed: list[int] = []
-
-    def kill_rank_1():
-        deadline = time.time() + 900
-        while time.time() < deadline and not killed:
-            if any(work.glob("trainer/checkpoint-2/trainer_state.json")):
-                pid = _rank_pid(1, request)
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_rank_1, daemon=True)
-    killer.start()
-    with pytest.raises(StageLaunchFailed) as failed:
-        launch("reasoning_rl", stage, inputs, stage.launcher)
-    killer.join()
-    assert killed, "rank 1 was never seen"
-    assert "rank 1 of 2" in str(failed.value) and "SIGKILL" in str(failed.value), str(failed.value)
+    killed, failed = launch_killing_rank_1(stage, inputs, work, request)
+    assert killed, f"rank 1 was never killed; the stage ended with: {failed}"
+    assert "rank 1 of 2" in str(failed) and "SIGKILL" in str(failed), str(failed)
     assert not (work / "launch" / "result.json").exists()
 
     left = sorted(work.glob("trainer/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))

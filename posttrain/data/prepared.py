@@ -37,11 +37,11 @@ class PreparedData:
 
 def load_suites(cfg: PipelineConfig) -> dict[str, list[dict]]:
     root = Path(cfg.root)
-    return {s.name: load_role(f"eval:{s.name}", s.sources, root, cfg.seed, row_cache(cfg)).rows
+    return {s.name: load_role(f"eval:{s.name}", s.sources, root, cfg.seed, row_cache_folder(cfg)).rows
             for s in cfg.data.suites()}
 
 
-def row_cache(cfg: PipelineConfig) -> Path:
+def row_cache_folder(cfg: PipelineConfig) -> Path:
     """Where normalised rows are kept by content (posttrain.data.row_cache), beside the runs."""
     return cfg.path(cfg.paths.runs) / "cache" / "normalised"
 
@@ -60,10 +60,10 @@ def load_all(cfg: PipelineConfig, stages: tuple[str, ...] | None = None, *, requ
         raise DatasetError(missing_roles(cfg, stages)[0])
     root = Path(cfg.root)
     wanted = {role for stage in STAGE_TABLE if stages is None or stage.name in stages for role in stage.roles}
-    loaded = {role: load_role(role, sources, root, cfg.seed, row_cache(cfg))
+    loaded = {role: load_role(role, sources, root, cfg.seed, row_cache_folder(cfg))
               for role, sources in cfg.data.roles().items() if sources and role in wanted}
     for suite in cfg.data.suites():
-        loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed, row_cache(cfg))
+        loaded[f"eval:{suite.name}"] = load_role(f"eval:{suite.name}", suite.sources, root, cfg.seed, row_cache_folder(cfg))
         unchecked = sum(1 for r in loaded[f"eval:{suite.name}"].rows if r["kind"] == "open" and not r.get("constraints"))
         if unchecked:
             raise DatasetError(f"data.eval suite {suite.name!r}: {unchecked} open-ended rows have no `constraints`: "
