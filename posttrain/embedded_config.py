@@ -70,4 +70,8 @@ class WorldConfig(BaseModel):
     eval_no_think: int = Field(100, ge=10)
     eval_instruction: int = Field(144, ge=9)
     eval_direct: int = Field(100, ge=10)
+    # The open-ended kind (posttrain.world.open_tasks): one pool split into sloppy demonstrations,
+    # preference pairs, general RL's and distillation's prompts; and its held-out suite.
+    open_train: int = Field(3000, ge=20)
+    eval_open: int = Field(100, ge=10)
 

@@ -271,14 +271,15 @@ def _million(seed: int) -> str:
     "&#97;" * 200_000, "<!--" * 250_000, "<b>x</b>" * 125_000, "36, 35, " * 125_000, "\\boxed{36} " * 90_000,
     '{"answer": [' + ", ".join(["36"] * 250_000) + "]}", "Sunday or " * 100_000, "星期一星期二" * 80_000,
 ])
-def test_a_megabyte_reply_is_judged_well_within_a_second(reply):
-    """Every check and guard is linear: CPU time (not wall time, which other jobs share) per verdict."""
+def test_a_megabyte_reply_is_judged_within_seconds(reply):
+    """Every check and guard is linear: CPU time (not wall time, which other jobs share) per verdict.
+    About 0.9 s at most on these machines (which differ by 1.4x); a quadratic step takes minutes."""
     for constraints, answer in (([*NO_ANSWER, {"type": "min_words", "value": 3}], None),
                                 ([{"type": "no_comma"}, *LOWER], "36"), (JSON, "Sunday"),
                                 ([{"type": "language", "language": "zh"}], "星期日")):
         start = time.process_time()
         score, reason = verdict(reply, row("What day comes after Saturday? Compute 55 - 19.", constraints, answer))
-        assert time.process_time() - start < 1.0, (reply[:20], constraints, answer)
+        assert time.process_time() - start < 2.0, (reply[:20], constraints, answer)
         assert score in (0.0, 1.0) and isinstance(reason, str)
 
 

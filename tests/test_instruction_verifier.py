@@ -211,7 +211,7 @@ def test_a_malformed_constraint_string_is_zero_reward_not_a_crash():
 
 
 def test_version_marks_the_new_semantics():
-    assert INSTRUCTION_VERSION == "instruction/7"
+    assert INSTRUCTION_VERSION == "instruction/8"
 
 
 # ---------------------------------------------------------------- the IFEval / Tulu-3 form

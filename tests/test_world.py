@@ -173,7 +173,9 @@ def test_world_writes_every_role_as_standard_files_with_evaluation_held_out(tmp_
     assert {name: len(rows) for name, rows in raw.items()} == {name: m["rows"] for name, m in manifest.items()}
 
     def role_of(name: str) -> str:
-        return "cold_start" if name == "cold_start" else "non_reasoning" if name.startswith("non_reasoning") \
+        open_roles = {"open_demonstrations": "thinking", "preferences": "preferences",
+                      "general_open_prompts": "general_prompts", "distillation_open_prompts": "distillation_prompts"}
+        return open_roles[name] if name in open_roles else "cold_start" if name == "cold_start" else "non_reasoning" if name.startswith("non_reasoning") \
             else "reasoning_prompts"
 
     loaded = {name: load_role(role_of(name) if name in ROLE_FILES else f"eval:{name}",
@@ -223,3 +225,38 @@ def test_held_out_problems_re_asked_with_training_phrasings():
         assert phrased_by(question, train_variants, row), (kind, question)
     train = [p.question for p in tasks.math_problems(3000, 1, "train")]
     tasks.check_no_overlap(questions, train)   # the operands are still held out
+
+
+def test_open_kind_pairs_differ_only_in_the_order_of_their_numbers():
+    """The world's preference pairs: same length and same characters on both sides (so length and
+    bag-of-tokens models score them at chance), the chosen reply passes evaluation's independent
+    check and the rejected one fails it; half the demonstrations are right; training operands are
+    never the held-out ones, and every character is already one of the tokenizer's."""
+    from posttrain.rewards import verify_row
+    from posttrain.world import open_tasks
+    from posttrain.world.build import OPEN_POOL_SHARES, open_files, pool_share
+    from posttrain.world.tokenizer import world_characters
+
+    train = open_tasks.equation_tasks(400, 7, "train")
+    held = open_tasks.equation_tasks(60, 8, "eval")
+    assert not any(tasks.is_held_out(f"{t.a}+{t.b}") for t in train)
+    assert all(tasks.is_held_out(f"{t.a}+{t.b}") for t in held)
+    assert {t.question for t in train}.isdisjoint(t.question for t in held)
+    files = open_files(train, 7)
+    assert {name: len(rows) for name, rows in files.items()} == {
+        name: len(pool_share(train, stage, OPEN_POOL_SHARES)) for name, stage in (
+            ("open_demonstrations", "mode_fusion_sft"), ("preferences", "reward_model"),
+            ("general_open_prompts", "general_rl"), ("distillation_open_prompts", "distillation"))}
+    prompts = {t.question: open_tasks.prompt_row(t) for t in train}
+    for pair in files["preferences"]:
+        chosen, rejected = pair["chosen"][0]["content"], pair["rejected"][0]["content"]
+        assert chosen != rejected and sorted(chosen) == sorted(rejected)
+        row = prompts[pair["prompt"][0]["content"]]
+        assert verify_row(chosen, row) == (1.0, "constraints_met")
+        assert verify_row(rejected, row)[0] == 0.0
+    right = [verify_row(r["messages"][-1]["content"], prompts[r["messages"][0]["content"]])[0]
+             for r in files["open_demonstrations"]]
+    assert 0.3 < sum(right) / len(right) < 0.7
+    vocabulary = set(world_characters())
+    texts = [t.question + t.reply(t.true_equation) for t in train + held]
+    assert set("".join(texts)) <= vocabulary

@@ -30,9 +30,10 @@ from confusable_homoglyphs.confusables import confusables_data
 from opencc import OpenCC
 
 from posttrain.chat import parse_response
+from posttrain.rewards.equation import check_equation
 from posttrain.rewards.language import CJK_CLASS, language_share
 
-INSTRUCTION_VERSION = "instruction/7"   # language/5: a Chinese reply with a LaTeX box is Chinese
+INSTRUCTION_VERSION = "instruction/8"   # equation: a stated equation must hold
 _CJK = re.compile(f"[{CJK_CLASS}]")
 _TYPES = {"int": int, "str": str, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 LANGUAGES = ("en", "zh")  # the codes posttrain.rewards.language can measure
@@ -380,7 +381,7 @@ def _language(answer: str, c: dict) -> bool:
 CONSTRAINT_CHECKS: dict[str, Callable[[str, dict], bool]] = {
     "json": _json, "ends_with": _ends_with, "starts_with": _starts_with, "uppercase": _uppercase,
     "lowercase": _lowercase, "max_words": _max_words, "min_words": _min_words,
-    "forbidden_words": _forbidden, "language": _language, "no_comma": _no_comma,
+    "forbidden_words": _forbidden, "language": _language, "no_comma": _no_comma, "equation": check_equation,
 }
 KNOWN_TYPES = ("no_thinking", *CONSTRAINT_CHECKS)
 
@@ -454,6 +455,7 @@ _PARAMETERS: dict[str, tuple[tuple[str, ...], Callable[[dict], str | None]]] = {
     "uppercase": ((), lambda c: None),
     "lowercase": ((), lambda c: None),
     "no_comma": ((), lambda c: None),
+    "equation": ((), lambda c: None),
     "json": (("keys",), _check_json),
     "ends_with": (("value",), lambda c: _text(c, "value")),
     "starts_with": (("value",), lambda c: _text(c, "value")),

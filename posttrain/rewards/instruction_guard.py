@@ -37,10 +37,8 @@ from functools import lru_cache
 from typing import Any
 
 from posttrain.chat import ParsedResponse, parse_response
-from posttrain.rewards.instruction import (
-    _BIDI_OVERRIDE, _CJK, _GLUED_DIGITS, _KANA_HANGUL, _LETTER, _LETTERS, _content, _json_body, _load_json, _real_word,
-    _unmarked, check_constraint, fold_text, parse_constraints, tokens,
-)
+from posttrain.rewards.instruction import (_BIDI_OVERRIDE, _CJK, _GLUED_DIGITS, _KANA_HANGUL, _LETTER, _LETTERS, _content,
+                                          _json_body, _load_json, _real_word, _unmarked, check_constraint, fold_text, parse_constraints, tokens)
 from posttrain.rewards.language import CJK_CLASS, language_share
 from posttrain.rewards.math.extract import find_boxes
 
@@ -120,19 +118,22 @@ _REPEATS = 4   # a word counts at most this often, or a 25th of the words so far
 
 
 def _word_units(prose: str):
-    """(key, is a function word, is a word) per word in order: an ideograph each; otherwise a
-    whitespace chunk is at most one word ("well-known"), and none when it glues letters to digits
-    ("word0"), holds no real word or is lorem ipsum."""
+    """(key, is a function word, is a word) per word in order: an ideograph each; otherwise a whitespace chunk is at most
+    one word ("well-known"), none when it glues letters to digits ("word0"), holds no real word or is lorem ipsum."""
+    known: dict[str, tuple] = {}
     for chunk in prose.split():
-        if not chunk.isascii():
-            for ch in _CJK.findall(chunk):
-                yield ch, ch in _ZH_FUNCTION, True
-            chunk = _CJK.sub(" ", chunk)
-        runs = _LETTERS.findall(chunk)
-        if runs:
-            key = "".join(runs).casefold()
-            real = any(map(_real_word, runs)) and key not in LOREM and not _GLUED_DIGITS.search(chunk)
-            yield key, key in FUNCTION_WORDS, real
+        yield from known[chunk] if chunk in known else known.setdefault(chunk, tuple(_chunk_units(chunk)))
+
+
+def _chunk_units(chunk: str):
+    if not chunk.isascii():
+        yield from ((ch, ch in _ZH_FUNCTION, True) for ch in _CJK.findall(chunk))
+        chunk = _CJK.sub(" ", chunk)
+    runs = _LETTERS.findall(chunk)
+    if runs:
+        key = "".join(runs).casefold()
+        real = any(map(_real_word, runs)) and key not in LOREM and not _GLUED_DIGITS.search(chunk)
+        yield key, key in FUNCTION_WORDS, real
 
 
 def prose_words(prose: str, enough: int | None = None) -> int:

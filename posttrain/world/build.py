@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from posttrain.chat import assemble_response
 from posttrain.config import PipelineConfig
 from posttrain.data.files import file_md5, write_jsonl
 from posttrain.schema import CheckpointRef
-from posttrain.world import tasks
+from posttrain.world import open_tasks, tasks
 
 # The files the world provides, in the standard formats any user source has (posttrain.data.sources):
 # SFT rows (`messages`) and prompt rows (`prompt`, `kind`, `answer` / `constraints`, `language`,
 # `thinking`). configs/default.yaml points each data role at them like any user config would.
 ROLE_FILES = ("cold_start", "reasoning_prompts", "rejection_prompts", "non_reasoning_direct",
               "non_reasoning_instruction", "non_reasoning_math", "general_instruction_prompts",
-              "general_math_prompts", "distillation_math_prompts", "distillation_instruction_prompts")
-EVAL_FILES = ("eval_math", "eval_no_think", "eval_instruction", "eval_direct")
+              "general_math_prompts", "distillation_math_prompts", "distillation_instruction_prompts",
+              "open_demonstrations", "preferences", "general_open_prompts", "distillation_open_prompts")
+EVAL_FILES = ("eval_math", "eval_no_think", "eval_instruction", "eval_direct", "eval_open")
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,11 @@ def build_data(cfg: PipelineConfig) -> dict:
         "eval_no_think": [p.to_row() for p in tasks.math_problems(w.eval_no_think, seed + 2, "eval", levels=w.levels)],
         "eval_instruction": [t.to_row() for t in tasks.instruction_tasks(w.eval_instruction, seed + 3, "eval")],
         "eval_direct": [d.to_row() for d in tasks.direct_tasks(w.eval_direct, seed + 4, "eval")],
+        "eval_open": [asdict(t) for t in open_tasks.equation_tasks(w.eval_open, seed + 43, "eval", w.levels)],
     }
     # The pretraining corpus draws from the same generators with the same seed; include it too.
-    train_prompts = [r["question"] for rows in (math, direct, instruction) for r in rows]
+    equations = open_tasks.equation_tasks(w.open_train, seed + 41, "train", w.levels)
+    train_prompts = [r["question"] for rows in (math, direct, instruction) for r in rows] + [t.question for t in equations]
     from posttrain.world.corpus import build_corpus, document_question
     corpus_questions = [document_question(doc) for doc in build_corpus(w.corpus, seed)]
     for name, rows in evals.items():
@@ -92,6 +96,8 @@ def build_data(cfg: PipelineConfig) -> dict:
         "eval_instruction": [_instruction_prompt(t) for t in evals["eval_instruction"]],
         "eval_direct": [{"prompt": d["question"], "kind": "direct", "answer": d["answer"], "language": d["language"],
                          "thinking": False, "id": d["id"]} for d in evals["eval_direct"]],
+        **open_files(equations, seed),
+        "eval_open": [open_tasks.prompt_row(open_tasks.EquationTask(**t)) for t in evals["eval_open"]],
     }
     manifest = {}
     for name, rows in files.items():
@@ -99,6 +105,15 @@ def build_data(cfg: PipelineConfig) -> dict:
         manifest[name] = {"rows": len(rows), "md5": file_md5(paths.file(name))}
     (paths.data / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def open_files(equations: list, seed: int) -> dict[str, list[dict]]:
+    """The open-ended kind's files, each from its own share of one pool of equation tasks."""
+    rng = random.Random(f"open-demonstrations/{seed}")
+    return {"open_demonstrations": [open_tasks.demonstration_row(t, rng) for t in pool_share(equations, "mode_fusion_sft", OPEN_POOL_SHARES)],
+            "preferences": [open_tasks.preference_row(t) for t in pool_share(equations, "reward_model", OPEN_POOL_SHARES)],
+            "general_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "general_rl", OPEN_POOL_SHARES)],
+            "distillation_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "distillation", OPEN_POOL_SHARES)]}
 
 
 def held_out_math(cfg: PipelineConfig) -> list[tasks.MathProblem]:
@@ -223,8 +238,11 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
 # Keyed by the pipeline's stage names (posttrain.config.STAGES).
 POOL_SHARES = {"cold_start_sft": (0.0, 0.1), "reasoning_rl": (0.1, 0.55), "rejection_sampling": (0.55, 0.7),
                "mode_fusion_sft": (0.7, 0.8), "general_rl": (0.8, 0.9), "distillation": (0.9, 1.0)}
+# The pool of equation tasks (posttrain.world.open_tasks) feeds the stages from mode fusion on.
+OPEN_POOL_SHARES = {"mode_fusion_sft": (0.0, 0.1), "reward_model": (0.1, 0.6), "general_rl": (0.6, 0.8),
+                    "distillation": (0.8, 1.0)}
 
 
-def pool_share(rows: list[dict], stage: str) -> list[dict]:
-    low, high = POOL_SHARES[stage]
+def pool_share(rows: list, stage: str, shares: dict = POOL_SHARES) -> list:
+    low, high = shares[stage]
     return rows[int(low * len(rows)):int(high * len(rows))]

@@ -1,0 +1,104 @@
+"""The embedded world's open-ended kind: "state the sum of a and b as an equation".
+
+Its demonstrations are sloppy, as scraped SFT data is: after a correct worked sum, half of them
+write the equation with the result and the second operand swapped (`12 + 46 = 34`). Preference
+pairs then say which of two replies is right: the chosen reply `a + b = c`, the rejected one the
+same reply with `b` and `c` swapped. The two sides have the same length and the same characters
+(the world's tokenizer is character-level), so neither a length nor a bag-of-tokens model can tell
+them apart; only the order of the numbers, which no rule reward of the chain reads, does. Evaluation
+checks the reply independently of any model: the `equation` constraint (every stated equation true)
+plus the reference-answer guard (the sum stated, no number from outside the prompt).
+
+Operands use the math generator's held-out partition (`tasks.is_held_out` on `a+b`), and every text
+uses only characters the world's tokenizer already has, so the base models do not change.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Iterable
+
+from posttrain.chat import assemble_response
+from posttrain.world.tasks import LEVELS, Language, Split, _split_ok, render_reasoning
+
+PHRASES: dict[str, tuple[list[str], list[str]]] = {
+    # language -> (training phrasings, held-out phrasings)
+    "en": (["State the sum of {a} and {b} as an equation.", "Write {a} plus {b} as an equation.",
+            "Give an equation for the sum of {a} and {b}."],
+           ["Express the sum of {a} and {b} as an equation."]),
+    "zh": (["请把 {a} + {b} 写成等式。", "用等式写出 {a} + {b}。"],
+           ["请用等式算出 {a} + {b}。"]),
+}
+CONSTRAINTS = [{"type": "equation"}]
+
+
+@dataclass(frozen=True)
+class EquationTask:
+    id: str
+    language: Language
+    a: int
+    b: int
+    question: str
+    reasoning: str
+
+    @property
+    def answer(self) -> str:
+        return str(self.a + self.b)
+
+    @property
+    def true_equation(self) -> str:
+        return f"{self.a} + {self.b} = {self.a + self.b}"
+
+    @property
+    def swapped_equation(self) -> str:
+        """The same characters with the result and the second operand swapped: false for b > 0."""
+        return f"{self.a} + {self.a + self.b} = {self.b}"
+
+    def reply(self, equation: str) -> str:
+        return assemble_response(self.reasoning, equation)
+
+
+def equation_tasks(n: int, seed: int, split: Split, levels: Iterable[int] = (1, 2),
+                   languages: Iterable[Language] = ("en", "zh")) -> list[EquationTask]:
+    """`n` distinct tasks (operands, language) of the addition problems of `levels`."""
+    rng = random.Random(f"open/{seed}/{split}")
+    languages = list(languages)
+    ranges = [(ra, rb) for level in levels for op, ra, rb in LEVELS[level] if op == "+"]
+    tasks: list[EquationTask] = []
+    seen: set[tuple[int, int, str]] = set()
+    for _ in range(n * 200):
+        if len(tasks) == n:
+            return tasks
+        language = languages[len(tasks) % len(languages)]
+        ra, rb = rng.choice(ranges)
+        a, b = rng.randint(*ra), rng.randint(*rb)
+        if not _split_ok(f"{a}+{b}", split) or (a, b, language) in seen:
+            continue
+        seen.add((a, b, language))
+        train_phrases, eval_phrases = PHRASES[language]
+        question = rng.choice(eval_phrases if split == "eval" else train_phrases).format(a=a, b=b)
+        tasks.append(EquationTask(f"open-{split}-{seed}-{len(tasks)}", language, a, b, question,
+                                  render_reasoning("+", a, b, language)))
+    raise RuntimeError(f"could not draw {n} distinct {split} equation tasks; widen the levels")
+
+
+def prompt_row(task: EquationTask) -> dict:
+    """A prompt row of kind `open`: training pays a reward model, evaluation checks the equation."""
+    return {"prompt": task.question, "kind": "open", "answer": task.answer, "constraints": CONSTRAINTS,
+            "language": task.language, "thinking": True, "id": task.id}
+
+
+def demonstration_row(task: EquationTask, rng: random.Random) -> dict:
+    """An SFT row whose equation is right with probability one half."""
+    equation = task.true_equation if rng.random() < 0.5 else task.swapped_equation
+    return {"messages": [{"role": "user", "content": task.question},
+                         {"role": "assistant", "content": task.reply(equation)}],
+            "thinking": True, "language": task.language, "id": task.id}
+
+
+def preference_row(task: EquationTask) -> dict:
+    """A pair in TRL's conversational preference format: the true equation chosen."""
+    return {"prompt": [{"role": "user", "content": task.question}],
+            "chosen": [{"role": "assistant", "content": task.reply(task.true_equation)}],
+            "rejected": [{"role": "assistant", "content": task.reply(task.swapped_equation)}],
+            "language": task.language, "id": task.id}
