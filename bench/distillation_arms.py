@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,18 +28,16 @@ from posttrain.env import configure_offline
 configure_offline()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stage_data import prepared_data, stage_inputs  # noqa: E402
+from stage_data import arms_plot, mean_ci, paired_against, prepared_data, stage_inputs  # noqa: E402
 
 from posttrain.checkpoint import directory_digest, load_checkpoint, save_checkpoint  # noqa: E402
 from posttrain.config import load_config  # noqa: E402
 from posttrain.data.files import read_jsonl  # noqa: E402
 from posttrain.evaluation import evaluate  # noqa: E402
-from posttrain.gates import paired_interval  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
 ARMS = ("off_policy", "on_policy", "student_rl")
 METRICS = ("math/accuracy", "no_think/accuracy", "no_think/mode_compliance", "instruction/accuracy")
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def ref(path: Path) -> CheckpointRef:
@@ -140,14 +137,6 @@ def run_seed(cfg, data, teacher: CheckpointRef, student: CheckpointRef, seed: in
     return arms
 
 
-def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, float("nan"), float("nan")
-    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
-    return mean, mean - half, mean + half
-
-
 def summarise(per_seed: dict[int, dict], confidence: float) -> dict:
     summary: dict = {"arms": {}, "paired_vs_off_policy": {}}
     for arm in ARMS:
@@ -157,12 +146,7 @@ def summarise(per_seed: dict[int, dict], confidence: float) -> dict:
             row[key] = mean_ci(values)
         summary["arms"][arm] = row
     for arm in ARMS[1:]:
-        summary["paired_vs_off_policy"][arm] = {}
-        for metric in METRICS:
-            new = [v for s in per_seed for v in per_seed[s][arm]["per_item"].get(metric, [])]
-            old = [v for s in per_seed for v in per_seed[s]["off_policy"]["per_item"].get(metric, [])]
-            if new and len(new) == len(old):
-                summary["paired_vs_off_policy"][arm][metric] = paired_interval(new, old, confidence)
+        summary["paired_vs_off_policy"][arm] = paired_against(per_seed, arm, "off_policy", METRICS, confidence)
     return summary
 
 
@@ -193,24 +177,7 @@ def markdown(summary: dict, per_seed: dict, meta: dict) -> str:
 
 
 def plot(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.25
-    for i, arm in enumerate(ARMS):
-        r = summary["arms"][arm]
-        means = [r[m][0] for m in METRICS]
-        errs = [[r[m][0] - r[m][1] for m in METRICS], [r[m][2] - r[m][0] for m in METRICS]]
-        ax.bar([x + (i - 1) * width for x in range(len(METRICS))], means, width, yerr=errs, capsize=3, label=arm)
-    ax.set_xticks(range(len(METRICS)), [m.replace("/", "\n") for m in METRICS])
-    ax.set_ylabel("score (mean over seeds, 95% CI)")
-    ax.set_title("Student after each arm")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    arms_plot({arm: summary["arms"][arm] for arm in ARMS}, METRICS, path, title="Student after each arm")
 
 
 def main() -> None:

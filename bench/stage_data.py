@@ -54,3 +54,51 @@ def thinking_replies(model, tokenizer, cfg: PipelineConfig, prompts: list[list[d
     return generate_replies(model, tokenizer, cfg.base.settings().chat, [(p, True) for p in prompts],
                             max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size,
                             desc=desc, **sampling)
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """Mean over seeds with its 95% t-interval (nan bounds for one seed)."""
+    import statistics
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, float("nan"), float("nan")
+    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def paired_against(per_seed: dict, arm: str, baseline: str, metrics, confidence: float) -> dict:
+    """Per metric: the arm's item-level scores against the baseline arm's, pooled over seeds (paired interval)."""
+    from posttrain.gates import paired_interval
+
+    out = {}
+    for metric in metrics:
+        new = [v for s in per_seed for v in per_seed[s][arm]["per_item"].get(metric, [])]
+        old = [v for s in per_seed for v in per_seed[s][baseline]["per_item"].get(metric, [])]
+        if new and len(new) == len(old):
+            out[metric] = paired_interval(new, old, confidence)
+    return out
+
+
+def arms_plot(arms: dict[str, dict], metrics, path: Path, *, title: str,
+              ylabel: str = "score (mean over seeds, 95% CI)") -> None:
+    """Grouped bars: per metric, each arm's (mean, low, high) with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(arms)
+    for i, (arm, r) in enumerate(arms.items()):
+        ax.bar([x + (i - (len(arms) - 1) / 2) * width for x in range(len(metrics))], [r[m][0] for m in metrics], width,
+               yerr=[[r[m][0] - r[m][1] for m in metrics], [r[m][2] - r[m][0] for m in metrics]], capsize=3, label=arm)
+    ax.set_xticks(range(len(metrics)), [m.replace("/", "\n") for m in metrics])
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

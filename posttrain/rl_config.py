@@ -75,6 +75,8 @@ class JudgeConfig(GenerationEngine):
     endpoint: str | None = None         # e.g. http://127.0.0.1:8000 (`vllm serve <judge>`)
     served_model: str | None = None     # the model name the endpoint serves
     api_key_env: str | None = None      # environment variable holding the endpoint's key (never the key)
+    # sent with each endpoint request, e.g. {enable_thinking: false} to a Qwen3 judge on vLLM's server
+    chat_template_kwargs: dict[str, bool | int | float | str] | None = None
     template: str | None = None         # {question}, {reference}, {response}; None: after Qwen3 (judge.DEFAULT_TEMPLATE)
     max_new_tokens: int = Field(64, ge=4)
     batch_size: int = Field(16, ge=1)   # local batch, or concurrent requests to the endpoint

@@ -173,7 +173,7 @@ def test_the_embedded_world_is_clean_under_the_default_settings(tmp_path):
     from conftest import write_smoke_config
     from posttrain.config import load_config
     from posttrain.data.sources import SourceConfig, load_role
-    from posttrain.world.build import EVAL_FILES, ROLE_FILES, WorldPaths, build_data
+    from posttrain.world.build import EVAL_FILES, FILE_ROLES, ROLE_FILES, WorldPaths, build_data
 
     cfg = load_config(write_smoke_config(tmp_path))
     build_data(cfg)
@@ -182,8 +182,7 @@ def test_the_embedded_world_is_clean_under_the_default_settings(tmp_path):
     def load(name: str, role: str) -> RoleData:
         return load_role(role, [SourceConfig(path=str(paths.file(name)))], tmp_path, 0)
 
-    train = {name: load(name, "cold_start" if name == "cold_start" else "non_reasoning" if name.startswith(
-        "non_reasoning") else "reasoning_prompts") for name in ROLE_FILES}
+    train = {name: load(name, FILE_ROLES[name]) for name in ROLE_FILES}
     evals = {name: load(name, f"eval:{name}") for name in EVAL_FILES}
     assert find_contamination(train, evals, DecontaminationConfig()) == []
 

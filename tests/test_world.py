@@ -163,22 +163,19 @@ def test_world_writes_every_role_as_standard_files_with_evaluation_held_out(tmp_
     from posttrain.rewards.format import format_ok
     from conftest import overlaps
     from posttrain.data.sources import SourceConfig, load_role
-    from posttrain.world.build import EVAL_FILES, ROLE_FILES, WorldPaths, build_data
+    from posttrain.world.build import EVAL_FILES, FILE_ROLES, JUDGE_FILES, ROLE_FILES, WorldPaths, build_data
 
     cfg = load_config(write_smoke_config(tmp_path))
     manifest = build_data(cfg)
     paths = WorldPaths(cfg.path(cfg.paths.world))
-    assert set(manifest) == set(ROLE_FILES + EVAL_FILES)
+    assert set(manifest) == set(ROLE_FILES + EVAL_FILES + JUDGE_FILES)
     raw = {name: read_jsonl(paths.file(name)) for name in manifest}
     assert {name: len(rows) for name, rows in raw.items()} == {name: m["rows"] for name, m in manifest.items()}
+    judged = {name: {r["judged"]["question"] for r in raw[name]} for name in JUDGE_FILES}
+    assert judged["judge_sft"] and judged["eval_judge"] and judged["judge_sft"].isdisjoint(judged["eval_judge"])
+    manifest = {name: m for name, m in manifest.items() if name not in JUDGE_FILES}
 
-    def role_of(name: str) -> str:
-        open_roles = {"open_demonstrations": "thinking", "preferences": "preferences",
-                      "general_open_prompts": "general_prompts", "distillation_open_prompts": "distillation_prompts"}
-        return open_roles[name] if name in open_roles else "cold_start" if name == "cold_start" else "non_reasoning" if name.startswith("non_reasoning") \
-            else "reasoning_prompts"
-
-    loaded = {name: load_role(role_of(name) if name in ROLE_FILES else f"eval:{name}",
+    loaded = {name: load_role(FILE_ROLES[name] if name in ROLE_FILES else f"eval:{name}",
                               [SourceConfig(path=str(paths.file(name)))], tmp_path, 0).rows for name in manifest}
     train = {name: loaded[name] for name in ROLE_FILES}
     evals = {name: loaded[name] for name in EVAL_FILES}
@@ -243,7 +240,7 @@ def test_open_kind_pairs_differ_only_in_the_order_of_their_numbers():
     assert all(tasks.is_held_out(f"{t.a}+{t.b}") for t in held)
     assert {t.question for t in train}.isdisjoint(t.question for t in held)
     files = open_files(train, 7)
-    assert {name: len(rows) for name, rows in files.items()} == {
+    assert {name: len(rows) for name, rows in files.items() if name != "judge_sft"} == {
         name: len(pool_share(train, stage, OPEN_POOL_SHARES)) for name, stage in (
             ("open_demonstrations", "mode_fusion_sft"), ("preferences", "reward_model"),
             ("general_open_prompts", "general_rl"), ("distillation_open_prompts", "distillation"))}

@@ -91,6 +91,53 @@ def train_on_sums(directory: Path, tokenizer, steps: int = 300, hi: int = 49) ->
     model.save_pretrained(directory)
 
 
+def judge_rows(n: int, seed: int, split: str = "train") -> list[dict]:
+    """The embedded world's judge rows (posttrain.world.open_tasks.judge_rows), English tasks."""
+    from posttrain.world.open_tasks import equation_tasks
+    from posttrain.world.open_tasks import judge_rows as world_judge_rows
+
+    return world_judge_rows(equation_tasks(n, seed, split, levels=(1,), languages=("en",)), seed)
+
+
+def train_as_judge(source: Path, directory: Path, tokenizer, steps: int = 400) -> None:
+    """`source`'s model fine-tuned on the world's judge rows (loss on the verdict only), saved to
+    `directory`: a judge checkpoint whose verdicts the world's checker can grade."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(source, directory, dirs_exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.train()
+    examples = []
+    for row in judge_rows(300, 3):
+        prompt = tokenizer.apply_chat_template(row["messages"][:1], tokenize=False, add_generation_prompt=True,
+                                               enable_thinking=False)
+        verdict = row["messages"][1]["content"].rsplit("\n", 1)[-1] + "<|im_end|>"
+        examples.append((tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                         tokenizer(verdict, add_special_tokens=False)["input_ids"]))
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = rng.sample(examples, 16)
+        width = max(len(p) + len(v) for p, v in batch)
+        ids = torch.full((16, width), tokenizer.pad_token_id)
+        labels = torch.full((16, width), -100)
+        mask = torch.zeros((16, width), dtype=torch.long)
+        for i, (p, v) in enumerate(batch):   # left padding, as generation pads
+            ids[i, width - len(p) - len(v):] = torch.tensor(p + v)
+            labels[i, width - len(v):] = torch.tensor(v)
+            mask[i, width - len(p) - len(v):] = 1
+        loss = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(directory)
+
+
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, wait
 
-JUDGE_VERSION = "judge/1"
+JUDGE_VERSION = "judge/2"   # the judge reads the reply after its thinking
 # After Qwen3 sec. 4.4 (a judge LLM scores a reply against the reference answer) and MT-Bench's
 # reference-guided grading (the [[rating]] form).
 DEFAULT_TEMPLATE = (
@@ -53,15 +53,20 @@ class EndpointClient:
     and retries; a request that never succeeds gives None."""
 
     def __init__(self, base_url: str, model: str, *, max_new_tokens: int = 64, timeout_s: float = 60.0,
-                 retries: int = 2, concurrency: int = 8, api_key_env: str | None = None):
+                 retries: int = 2, concurrency: int = 8, api_key_env: str | None = None,
+                 chat_template_kwargs: dict | None = None):
         self.url = base_url.rstrip("/") + ("" if base_url.rstrip("/").endswith("/v1") else "/v1") + "/chat/completions"
         self.model, self.max_new_tokens = model, max_new_tokens
         self.timeout_s, self.retries, self.concurrency = timeout_s, retries, concurrency
         self.api_key = os.environ.get(api_key_env) if api_key_env else None
+        self.chat_template_kwargs = chat_template_kwargs
 
     def _one(self, prompt: str) -> str | None:
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": self.max_new_tokens, "temperature": 0.0}).encode()
+        payload = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
+                   "max_tokens": self.max_new_tokens, "temperature": 0.0}
+        if self.chat_template_kwargs:   # vLLM's extension of the chat completions API
+            payload["chat_template_kwargs"] = self.chat_template_kwargs
+        body = json.dumps(payload).encode()
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -147,10 +152,19 @@ class Judge:
         return [v if v is not None else (0.0, MISSING) for v in out]
 
 
+def judged_text(completion) -> str:
+    """What the judge reads: the reply after its thinking, as a reasoning parser serves it to a user
+    (the thinking can neither address the judge nor lengthen its prompt)."""
+    from posttrain.chat import parse_response
+    from posttrain.rewards import completion_text
+
+    return parse_response(completion_text(completion)).answer
+
+
 def make_judge_reward(settings):
     """The `judge` reward: the judge's score of the open-ended rows that carry a reference `answer`
     (None elsewhere); a truncated reply scores 0 unjudged."""
-    from posttrain.rewards import completion_text, kinds_paid_by, prompt_text, task_rows, truncated_flags
+    from posttrain.rewards import kinds_paid_by, prompt_text, task_rows, truncated_flags
 
     judge: Judge | None = settings.judge
     kinds = kinds_paid_by("judge")
@@ -165,7 +179,7 @@ def make_judge_reward(settings):
         asked = [i for i in todo if not cut[i]]
         verdicts = judge.verdicts([prompt_text(rows[i].get("prompt")) or "" for i in asked],
                                   [str(rows[i]["answer"]) for i in asked],
-                                  [completion_text(completions[i]) for i in asked])
+                                  [judged_text(completions[i]) for i in asked])
         for i in todo:
             out[i] = 0.0
         for i, (score, _) in zip(asked, verdicts):
@@ -186,7 +200,7 @@ def build_judge(config, settings) -> Judge:
     if config.endpoint is not None:
         client = EndpointClient(config.endpoint, config.served_model, max_new_tokens=config.max_new_tokens,
                                 timeout_s=config.timeout_s, retries=config.retries, concurrency=config.batch_size,
-                                api_key_env=config.api_key_env)
+                                api_key_env=config.api_key_env, chat_template_kwargs=config.chat_template_kwargs)
     else:
         client = LocalClient(config.model, settings, config, max_new_tokens=config.max_new_tokens,
                              batch_size=config.batch_size)

@@ -23,11 +23,18 @@ from posttrain.world import open_tasks, tasks
 # The files the world provides, in the standard formats any user source has (posttrain.data.sources):
 # SFT rows (`messages`) and prompt rows (`prompt`, `kind`, `answer` / `constraints`, `language`,
 # `thinking`). configs/default.yaml points each data role at them like any user config would.
-ROLE_FILES = ("cold_start", "reasoning_prompts", "rejection_prompts", "non_reasoning_direct",
-              "non_reasoning_instruction", "non_reasoning_math", "general_instruction_prompts",
-              "general_math_prompts", "distillation_math_prompts", "distillation_instruction_prompts",
-              "open_demonstrations", "preferences", "general_open_prompts", "distillation_open_prompts")
+# Each file and the data role configs/default.yaml reads it as.
+FILE_ROLES = {"cold_start": "cold_start", "reasoning_prompts": "reasoning_prompts", "rejection_prompts": "rejection_prompts",
+              "non_reasoning_direct": "non_reasoning", "non_reasoning_instruction": "non_reasoning",
+              "non_reasoning_math": "non_reasoning", "general_instruction_prompts": "general_prompts",
+              "general_math_prompts": "general_prompts", "distillation_math_prompts": "distillation_prompts",
+              "distillation_instruction_prompts": "distillation_prompts", "open_demonstrations": "thinking",
+              "preferences": "preferences", "general_open_prompts": "general_prompts",
+              "distillation_open_prompts": "distillation_prompts"}
+ROLE_FILES = tuple(FILE_ROLES)
 EVAL_FILES = ("eval_math", "eval_no_think", "eval_instruction", "eval_direct", "eval_open")
+# The world's judge: SFT rows and its held-out rows (bench/world_judge.py trains and measures it).
+JUDGE_FILES = ("judge_sft", "eval_judge")
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ def build_data(cfg: PipelineConfig) -> dict:
                          "thinking": False, "id": d["id"]} for d in evals["eval_direct"]],
         **open_files(equations, seed),
         "eval_open": [open_tasks.prompt_row(open_tasks.EquationTask(**t)) for t in evals["eval_open"]],
+        "eval_judge": open_tasks.judge_rows([open_tasks.EquationTask(**t) for t in evals["eval_open"]], seed + 47),
     }
     manifest = {}
     for name, rows in files.items():
@@ -113,7 +121,9 @@ def open_files(equations: list, seed: int) -> dict[str, list[dict]]:
     return {"open_demonstrations": [open_tasks.demonstration_row(t, rng) for t in pool_share(equations, "mode_fusion_sft", OPEN_POOL_SHARES)],
             "preferences": [open_tasks.preference_row(t) for t in pool_share(equations, "reward_model", OPEN_POOL_SHARES)],
             "general_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "general_rl", OPEN_POOL_SHARES)],
-            "distillation_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "distillation", OPEN_POOL_SHARES)]}
+            "distillation_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "distillation", OPEN_POOL_SHARES)],
+            # the judge learns from the prompts the reward model's pairs are drawn from
+            "judge_sft": open_tasks.judge_rows(pool_share(equations, "reward_model", OPEN_POOL_SHARES), seed)}
 
 
 def held_out_math(cfg: PipelineConfig) -> list[tasks.MathProblem]:

@@ -102,3 +102,37 @@ def preference_row(task: EquationTask) -> dict:
             "chosen": [{"role": "assistant", "content": task.reply(task.true_equation)}],
             "rejected": [{"role": "assistant", "content": task.reply(task.swapped_equation)}],
             "language": task.language, "id": task.id}
+
+
+# The world's judge (Qwen3 sec. 4.4's model-based reward with a reference answer), trained by
+# bench/world_judge.py. Its template is short because the world's models read 512 characters.
+JUDGE_TEMPLATE = ("Rate the response against the reference answer: [[10]] right, [[0]] wrong.\n"
+                  "Question: {question}\nReference answer: {reference}\nResponse: {response}\n")
+
+
+def judged_answers(task: EquationTask, rng: random.Random) -> list[str]:
+    """Answers a judge meets, half of them right by the world's checker: the true equation in three
+    orders; the swapped one, a wrong result, the bare result, and a hedge of true and swapped."""
+    a, b, c = task.a, task.b, task.a + task.b
+    off = c + rng.choice([d for d in (-10, -2, -1, 1, 2, 10) if c + d >= 0])
+    right = [task.true_equation, f"{b} + {a} = {c}", f"{c} = {a} + {b}"]
+    wrong = [task.swapped_equation, f"{a} + {b} = {off}", str(c), f"{task.true_equation}, {task.swapped_equation}"]
+    return [rng.choice(right), rng.choice(wrong)]
+
+
+def judge_rows(tasks: list[EquationTask], seed: int) -> list[dict]:
+    """SFT rows for the judge: the judge prompt (question, reference, the answer after the reply's
+    thinking) -> the world checker's verdict on the whole reply, `[[10]]` or `[[0]]`."""
+    from posttrain.rewards import verify_row
+    from posttrain.rewards.judge import judge_prompt
+
+    rng = random.Random(f"judge/{seed}")
+    rows = []
+    for task in tasks:
+        for answer in judged_answers(task, rng):
+            score, _ = verify_row(task.reply(answer), prompt_row(task))
+            rows.append({"messages": [{"role": "user", "content": judge_prompt(JUDGE_TEMPLATE, task.question, task.answer, answer)},
+                                      {"role": "assistant", "content": f"<think>\n\n</think>\n\n[[{10 if score == 1.0 else 0}]]"}],
+                         "thinking": False, "id": f"judge-{task.id}-{len(rows)}", "verdict": score,
+                         "judged": {"question": task.question, "reference": task.answer, "response": answer}})
+    return rows
