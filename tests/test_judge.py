@@ -118,7 +118,8 @@ def test_chat_template_kwargs_go_to_the_endpoint_only_when_set(server):
     url, handler = server
     Judge(EndpointClient(url, "judge", chat_template_kwargs={"enable_thinking": False})).verdicts(["q"], ["4"], ["It is 4."])
     Judge(EndpointClient(url, "judge")).verdicts(["q"], ["4"], ["It is 4!"])
-    assert [b.get("chat_template_kwargs") for b in handler.bodies] == [{"enable_thinking": False}, None]
+    assert handler.bodies[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in handler.bodies[1]
 
 
 def test_the_judge_reads_the_reply_after_its_thinking(server):
