@@ -51,7 +51,7 @@ def without_open(source: DatasetRef, out: Path) -> DatasetRef:
 
 def arm_config(cfg, arm: str, judge: Path | None):
     from posttrain.rl_config import JudgeConfig
-    from posttrain.world.open_tasks import JUDGE_TEMPLATE
+    from posttrain.world.open_tasks import JUDGE_MAX_NEW_TOKENS, JUDGE_TEMPLATE
 
     base = cfg.stage("general_rl")
     rules = base.rewards.model_copy(update={"reward_model": 0.0, "judge": 0.0})
@@ -60,7 +60,8 @@ def arm_config(cfg, arm: str, judge: Path | None):
     if arm == "reward_model":
         return base.model_copy(update={"rewards": rules.model_copy(update={"reward_model": 1.0}), "judge": None})
     return base.model_copy(update={"rewards": rules.model_copy(update={"judge": 1.0}),
-                                   "judge": JudgeConfig(model=str(judge), template=JUDGE_TEMPLATE, max_new_tokens=8,
+                                   "judge": JudgeConfig(model=str(judge), template=JUDGE_TEMPLATE,
+                                                        max_new_tokens=JUDGE_MAX_NEW_TOKENS,
                                                         batch_size=64)})
 
 

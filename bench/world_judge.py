@@ -66,10 +66,10 @@ def measure(judge_dir: Path, rows: list[dict]) -> dict:
     """The judge asked as the `judge` reward asks it (Judge.verdicts on the local engine)."""
     from posttrain.config import EvaluationConfig, PipelineConfig
     from posttrain.rewards.judge import Judge, LocalClient
-    from posttrain.world.open_tasks import JUDGE_TEMPLATE
+    from posttrain.world.open_tasks import JUDGE_MAX_NEW_TOKENS, JUDGE_TEMPLATE
 
     client = LocalClient(str(judge_dir), PipelineConfig().base.settings(), EvaluationConfig(backend="hf"),
-                         max_new_tokens=16, batch_size=64)
+                         max_new_tokens=JUDGE_MAX_NEW_TOKENS, batch_size=64)
     started = time.time()
     verdicts = Judge(client, JUDGE_TEMPLATE, deadline_s=3600).verdicts(
         *([r["judged"][part] for r in rows] for part in ("question", "reference", "response")))

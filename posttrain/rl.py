@@ -494,7 +494,7 @@ class RLAlerts(TrainerCallback):
         self.log = log
         self.fired: list[dict] = []
         self.zero_reward_run = 0
-        self.reward_model_trend: list[tuple[float, float]] = []   # (raw score, independent check) per logged step
+        self.reward_model_trend: list[tuple[float, float, float]] = []   # (raw score, check, replies checked) per step
 
     def check(self, step: int, logs: dict) -> list[tuple[str, str]]:
         """(kind, message) for each check that fails on this logged step."""
@@ -534,24 +534,32 @@ class RLAlerts(TrainerCallback):
         return found
 
     def goodhart(self, step: int, logs: dict) -> str | None:
-        """The reward model's score rising while the independent check of the same replies falls."""
-        from posttrain.rewards.model_based import CHECKED, RAW_SCORE
+        """The reward model's score rising while the independent check of the same replies falls by
+        more than the few replies a step checks can explain (pooled over each half of the window)."""
+        from statistics import NormalDist
+
+        from posttrain.rewards.model_based import CHECKED, CHECKED_REPLIES, RAW_SCORE
 
         if RAW_SCORE not in logs or CHECKED not in logs:
             return None
         window = self.cfg.goodhart_window
-        self.reward_model_trend = (self.reward_model_trend + [(float(logs[RAW_SCORE]), float(logs[CHECKED]))])[-window:]
+        point = (float(logs[RAW_SCORE]), float(logs[CHECKED]), float(logs.get(CHECKED_REPLIES, 1.0)))
+        self.reward_model_trend = (self.reward_model_trend + [point])[-window:]
         if len(self.reward_model_trend) < window:
             return None
-        half = window // 2
-        first, second = self.reward_model_trend[:half], self.reward_model_trend[-half:]
-        raw = (sum(r for r, _ in first) / half, sum(r for r, _ in second) / half)
-        checked = (sum(c for _, c in first) / half, sum(c for _, c in second) / half)
-        if raw[1] > raw[0] and checked[0] - checked[1] >= self.cfg.goodhart_drop:
+        halves = self.reward_model_trend[:window // 2], self.reward_model_trend[-(window // 2):]
+        raw = [sum(r for r, _, _ in h) / len(h) for h in halves]
+        replies = [sum(n for _, _, n in h) for h in halves]
+        checked = [sum(c * n for _, c, n in h) / sum(n for _, _, n in h) for h in halves]
+        pooled = (checked[0] * replies[0] + checked[1] * replies[1]) / sum(replies)
+        spread = math.sqrt(pooled * (1 - pooled) * (1 / replies[0] + 1 / replies[1]))
+        fall = checked[0] - checked[1]
+        significant = fall > 0 and (spread == 0 or fall / spread >= NormalDist().inv_cdf(self.cfg.goodhart_confidence))
+        if raw[1] > raw[0] and fall >= self.cfg.goodhart_drop and significant:
             return (f"the reward model's score rose ({raw[0]:.3f} -> {raw[1]:.3f}) while the independent check of the "
-                    f"same replies fell ({checked[0]:.3f} -> {checked[1]:.3f}) over the {window} logged steps to step "
-                    f"{step}: the policy is exploiting the reward model (Goodhart); raise beta, enable "
-                    "reward_settings.reward_model_length_debias, or retrain the reward model")
+                    f"same replies fell ({checked[0]:.3f} -> {checked[1]:.3f}, {replies[0]:.0f} and {replies[1]:.0f} "
+                    f"replies) over the {window} logged steps to step {step}: the policy is exploiting the reward "
+                    "model (Goodhart); raise beta, enable reward_settings.reward_model_length_debias, or retrain it")
         return None
 
     def on_log(self, args, state, control, logs=None, **kwargs):

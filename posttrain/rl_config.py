@@ -62,9 +62,11 @@ class RLAlertsConfig(Strict):
     truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
     uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
     # Goodhart: over the last `goodhart_window` logged steps the reward model's raw score rose while the
-    # independent check of the same replies fell by at least `goodhart_drop` (second half against first)
+    # independent check of the same replies fell by at least `goodhart_drop` (second half against first),
+    # a fall a one-sided two-proportion test finds at `goodhart_confidence` (a step checks a few replies)
     goodhart_window: int = Field(10, ge=4)
     goodhart_drop: float = Field(0.05, gt=0, le=1)
+    goodhart_confidence: float = Field(0.95, ge=0.5, lt=1)
 
 
 class JudgeConfig(GenerationEngine):

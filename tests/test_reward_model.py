@@ -7,7 +7,7 @@ import random
 import pytest
 
 from posttrain.config import RLAlertsConfig, RewardModelConfig
-from posttrain.rewards.model_based import CHECKED, RAW_SCORE, normalise_groups
+from posttrain.rewards.model_based import CHECKED, CHECKED_REPLIES, RAW_SCORE, normalise_groups
 
 pytestmark = pytest.mark.timeout(600)
 WORDS = ["cat", "dog", "sun", "tree", "book", "lamp", "rain", "star", "fish", "bird", "door", "moon"]
@@ -150,10 +150,28 @@ def test_goodhart_alert_fires_when_the_score_rises_while_the_check_falls():
     from posttrain.rl import RLAlerts
 
     alerts = RLAlerts(RLAlertsConfig(goodhart_window=6, goodhart_drop=0.05), log=lambda _: None)
-    fired = [alerts.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.6 - 0.03 * step}) for step in range(6)]
+    fired = [alerts.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.6 - 0.03 * step, CHECKED_REPLIES: 100})
+             for step in range(6)]
     assert not any(fired[:5]) and [kind for kind, _ in fired[5]] == ["goodhart"]
     honest = RLAlerts(RLAlertsConfig(goodhart_window=6), log=lambda _: None)
-    assert not any(honest.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.3 + 0.03 * step}) for step in range(12))
+    assert not any(honest.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.3 + 0.03 * step, CHECKED_REPLIES: 100})
+                   for step in range(12))
+
+
+def test_goodhart_alert_is_quiet_on_a_fall_the_few_replies_checked_explain():
+    """0.41 -> 0.32 over 10 steps of 16 checked replies is noise (z 1.2, as a real general RL run on the
+    world logged while its held-out check rose 0.18 -> 0.49); the same fall over 400 replies a step is not."""
+    from posttrain.rl import RLAlerts
+
+    checks = [0.45, 0.40, 0.38, 0.42, 0.40, 0.30, 0.35, 0.31, 0.33, 0.31]
+
+    def fired(replies: int) -> list:
+        alerts = RLAlerts(RLAlertsConfig(goodhart_window=10, goodhart_drop=0.05), log=lambda _: None)
+        return [kind for step, c in enumerate(checks)
+                for kind, _ in alerts.check(step, {RAW_SCORE: 0.2 * step, CHECKED: c, CHECKED_REPLIES: replies})]
+
+    assert fired(16) == []
+    assert fired(400) == ["goodhart"]
 
 
 def test_a_weighted_reward_model_without_one_is_refused_naming_the_field(tmp_path):

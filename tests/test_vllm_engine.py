@@ -194,7 +194,7 @@ def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_judges_and_i
     from posttrain.config import EvaluationConfig
     from posttrain.rewards.judge import EndpointClient, Judge, LocalClient
     from posttrain.schema import ModelSettings
-    from posttrain.world.open_tasks import JUDGE_TEMPLATE
+    from posttrain.world.open_tasks import JUDGE_MAX_NEW_TOKENS, JUDGE_TEMPLATE
 
     cli = subprocess.run([str(Path(sys.executable).with_name("vllm")), "--version"], capture_output=True, text=True)
     assert cli.returncode != 0 and "No package metadata was found for vllm" in cli.stderr, \
@@ -233,11 +233,11 @@ def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_judges_and_i
 
         rows = judge_rows(40, 11, "eval")   # held-out operands and phrasings, half of the answers right
         asked = [[r["judged"][part] for r in rows] for part in ("question", "reference", "response")]
-        endpoint = EndpointClient(f"http://127.0.0.1:{port}", str(checkpoint), max_new_tokens=8, timeout_s=60,
-                                  chat_template_kwargs={"enable_thinking": False})
+        endpoint = EndpointClient(f"http://127.0.0.1:{port}", str(checkpoint), max_new_tokens=JUDGE_MAX_NEW_TOKENS,
+                                  timeout_s=60, chat_template_kwargs={"enable_thinking": False})
         served = Judge(endpoint, JUDGE_TEMPLATE).verdicts(*asked)
         local = Judge(LocalClient(str(checkpoint), ModelSettings(chat=CHAT), EvaluationConfig(backend="hf"),
-                                  max_new_tokens=8, batch_size=80), JUDGE_TEMPLATE).verdicts(*asked)
+                                  max_new_tokens=JUDGE_MAX_NEW_TOKENS, batch_size=80), JUDGE_TEMPLATE).verdicts(*asked)
         assert all(reason == "judged" for _, reason in served + local), (served, local)   # every verdict parsed
         assert sum(a == b for a, b in zip(served, local)) / len(rows) >= 0.95, (served, local)
         agreement = sum((score >= 0.5) == (r["verdict"] == 1.0) for (score, _), r in zip(served, rows)) / len(rows)

@@ -21,6 +21,7 @@ import math
 REWARD_MODEL_VERSION = "reward-model/1"
 RAW_SCORE = "reward_model/raw_score"
 CHECKED = "reward_model/independent_check"
+CHECKED_REPLIES = "reward_model/checked_replies"   # how many replies CHECKED is a share of
 
 
 def _group_keys(rows: list[dict]) -> list[str]:
@@ -95,6 +96,7 @@ def make_reward_model_reward(settings):
                 verdicts = verify_batch([texts[j] for j in checked], [rows[todo[j]] for j in checked],
                                         [cut[todo[j]] for j in checked])
                 log_metric(CHECKED, sum(v[0] for v in verdicts) / len(verdicts))
+                log_metric(CHECKED_REPLIES, float(len(verdicts)))
         return out
 
     reward_model.model_based = True

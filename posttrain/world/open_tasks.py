@@ -15,6 +15,7 @@ uses only characters the world's tokenizer already has, so the base models do no
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -106,6 +107,7 @@ def preference_row(task: EquationTask) -> dict:
 
 # The world's judge (Qwen3 sec. 4.4's model-based reward with a reference answer), trained by
 # bench/world_judge.py. Its template is short because the world's models read 512 characters.
+JUDGE_MAX_NEW_TOKENS = 48   # the justification and the rating, `Stated: 1011, 18. Reference: 1011. [[0]]`
 JUDGE_TEMPLATE = ("Rate the response against the reference answer: [[10]] right, [[0]] wrong.\n"
                   "Question: {question}\nReference answer: {reference}\nResponse: {response}\n")
 
@@ -120,9 +122,21 @@ def judged_answers(task: EquationTask, rng: random.Random) -> list[str]:
     return [rng.choice(right), rng.choice(wrong)]
 
 
+_EQUATION = re.compile(r"(\d+(?:\s*\+\s*\d+)?)\s*=\s*(\d+(?:\s*\+\s*\d+)?)")
+
+
+def judge_rationale(answer: str, reference: str) -> str:
+    """The judge's one-sentence justification before its rating (as DEFAULT_TEMPLATE asks): the sums
+    the answer states beside the reference. Written next to each other, two numbers are compared
+    digit by digit by a model that could not compare them across the prompt (world_judge.md)."""
+    stated = [side for m in _EQUATION.finditer(answer) for side in m.groups() if "+" not in side]
+    return f"Stated: {', '.join(stated) if stated else 'no equation'}. Reference: {reference}."
+
+
 def judge_rows(tasks: list[EquationTask], seed: int) -> list[dict]:
     """SFT rows for the judge: the judge prompt (question, reference, the answer after the reply's
-    thinking) -> the world checker's verdict on the whole reply, `[[10]]` or `[[0]]`."""
+    thinking) -> a justification (`judge_rationale`) and the world checker's verdict on the whole
+    reply, `[[10]]` or `[[0]]`."""
     from posttrain.rewards import verify_row
     from posttrain.rewards.judge import judge_prompt
 
@@ -132,7 +146,8 @@ def judge_rows(tasks: list[EquationTask], seed: int) -> list[dict]:
         for answer in judged_answers(task, rng):
             score, _ = verify_row(task.reply(answer), prompt_row(task))
             rows.append({"messages": [{"role": "user", "content": judge_prompt(JUDGE_TEMPLATE, task.question, task.answer, answer)},
-                                      {"role": "assistant", "content": f"<think>\n\n</think>\n\n[[{10 if score == 1.0 else 0}]]"}],
+                                      {"role": "assistant", "content": f"<think>\n\n</think>\n\n{judge_rationale(answer, task.answer)} "
+                                                                   f"[[{10 if score == 1.0 else 0}]]"}],
                          "thinking": False, "id": f"judge-{task.id}-{len(rows)}", "verdict": score,
                          "judged": {"question": task.question, "reference": task.answer, "response": answer}})
     return rows
