@@ -174,7 +174,9 @@ class ChainRun:
                 for run_id in {inputs.tracking.run_id, getattr(exc, "trained_in", None)} - {None}:
                     self.registry.end_training(run_id, "FAILED")
             raise
-        if result.train_log and result.checkpoint.digest == parent.checkpoint.digest:
+        # a stage that trains the reward model hands its parent's policy on by design
+        trains_policy = STAGE_BY_NAME[name].reward_model != "makes"
+        if trains_policy and result.train_log and result.checkpoint.digest == parent.checkpoint.digest:
             result = result.model_copy(update={"alerts": [*result.alerts, (
                 f"{name} trained but left its parent's weights unchanged (every step's update was zero: e.g. every "
                 "GRPO group's rewards equal, so no advantage): it keeps the parent's registry version; raise "

@@ -96,7 +96,8 @@ def judge_rows(n: int, seed: int, split: str = "train") -> list[dict]:
     from posttrain.world.open_tasks import equation_tasks
     from posttrain.world.open_tasks import judge_rows as world_judge_rows
 
-    return world_judge_rows(equation_tasks(n, seed, split, levels=(1,), languages=("en",)), seed)
+    return world_judge_rows(equation_tasks(n, seed, split, levels=(1,), languages=("en",)), seed,
+                            training=split == "train")
 
 
 def train_as_judge(source: Path, directory: Path, tokenizer, steps: int = 400) -> None:

@@ -123,7 +123,8 @@ def open_files(equations: list, seed: int) -> dict[str, list[dict]]:
             "general_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "general_rl", OPEN_POOL_SHARES)],
             "distillation_open_prompts": [open_tasks.prompt_row(t) for t in pool_share(equations, "distillation", OPEN_POOL_SHARES)],
             # the judge learns from the prompts the reward model's pairs are drawn from
-            "judge_sft": open_tasks.judge_rows(pool_share(equations, "reward_model", OPEN_POOL_SHARES), seed)}
+            "judge_sft": open_tasks.judge_rows(pool_share(equations, "reward_model", OPEN_POOL_SHARES), seed,
+                                               training=True)}
 
 
 def held_out_math(cfg: PipelineConfig) -> list[tasks.MathProblem]:

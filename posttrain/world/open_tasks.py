@@ -112,13 +112,17 @@ JUDGE_TEMPLATE = ("Rate the response against the reference answer: [[10]] right,
                   "Question: {question}\nReference answer: {reference}\nResponse: {response}\n")
 
 
-def judged_answers(task: EquationTask, rng: random.Random) -> list[str]:
+def judged_answers(task: EquationTask, rng: random.Random, training: bool = False) -> list[str]:
     """Answers a judge meets, half of them right by the world's checker: the true equation in three
-    orders; the swapped one, a wrong result, the bare result, and a hedge of true and swapped."""
+    orders; the swapped one, a wrong result, the bare result, and a hedge of true and swapped. To
+    evaluate, one right and one wrong answer; to train, two right ones, a wrong result (the slip a
+    judge misses: off by a digit, judged by the numbers alone) and one of the other wrong answers."""
     a, b, c = task.a, task.b, task.a + task.b
     off = c + rng.choice([d for d in (-10, -2, -1, 1, 2, 10) if c + d >= 0])
     right = [task.true_equation, f"{b} + {a} = {c}", f"{c} = {a} + {b}"]
     wrong = [task.swapped_equation, f"{a} + {b} = {off}", str(c), f"{task.true_equation}, {task.swapped_equation}"]
+    if training:
+        return rng.sample(right, 2) + [wrong[1], rng.choice(wrong[:1] + wrong[2:])]
     return [rng.choice(right), rng.choice(wrong)]
 
 
@@ -133,7 +137,7 @@ def judge_rationale(answer: str, reference: str) -> str:
     return f"Stated: {', '.join(stated) if stated else 'no equation'}. Reference: {reference}."
 
 
-def judge_rows(tasks: list[EquationTask], seed: int) -> list[dict]:
+def judge_rows(tasks: list[EquationTask], seed: int, training: bool = False) -> list[dict]:
     """SFT rows for the judge: the judge prompt (question, reference, the answer after the reply's
     thinking) -> a justification (`judge_rationale`) and the world checker's verdict on the whole
     reply, `[[10]]` or `[[0]]`."""
@@ -143,7 +147,7 @@ def judge_rows(tasks: list[EquationTask], seed: int) -> list[dict]:
     rng = random.Random(f"judge/{seed}")
     rows = []
     for task in tasks:
-        for answer in judged_answers(task, rng):
+        for answer in judged_answers(task, rng, training):
             score, _ = verify_row(task.reply(answer), prompt_row(task))
             rows.append({"messages": [{"role": "user", "content": judge_prompt(JUDGE_TEMPLATE, task.question, task.answer, answer)},
                                       {"role": "assistant", "content": f"<think>\n\n</think>\n\n{judge_rationale(answer, task.answer)} "
