@@ -14,7 +14,7 @@ the held-out suite's answers (`data/world/eval_judge.jsonl`: eval-partition oper
 
     .venv/bin/python bench/world_judge.py [--base data/student_base] [--out data/judge]
 
-Writes the judge to `--out` and bench/results/world_judge.json and .md.
+Writes the judge to `--out`; with `--record`, its measures to bench/results/world_judge.json.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def cohen_kappa(truth: list[int], said: list[int]) -> float:
     return 1.0 if expected == 1 else (observed - expected) / (1 - expected)
 
 
-def train_judge(base: Path, rows_path: Path, out: Path, *, learning_rate: float, epochs: float, seed: int) -> dict:
+def train_judge(base: Path, rows_path: Path, out: Path, *, learning_rate: float, epochs: float, seed: int,
+                threads: int = 2) -> dict:
     """The cold-start SFT recipe on the judge rows, from `base`; the checkpoint copied to `out`."""
     from posttrain.config import ColdStartSFTConfig, PipelineConfig
     from posttrain.schema import CheckpointRef, DatasetRef, StageInputs
@@ -54,7 +55,7 @@ def train_judge(base: Path, rows_path: Path, out: Path, *, learning_rate: float,
                              parent=CheckpointRef(path=str(base.absolute()), digest="world-student-base"),
                              data={"cold_start": DatasetRef(name="judge_sft", path=str(rows_path), md5=file_md5(rows_path))})
         config = ColdStartSFTConfig(trainer=SFTTrainerConfig(learning_rate=learning_rate, epochs=epochs, batch_size=16,
-                                                            max_length=320))
+                                                            max_length=320, threads=threads))
         result = cold_start_sft.run(config, inputs)
         if out.exists():
             shutil.rmtree(out)
@@ -105,18 +106,21 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (1 beside another training)")
+    parser.add_argument("--record", action="store_true",
+                        help="write bench/results/world_judge.json (world_judge.md keeps the table of runs)")
     args = parser.parse_args()
     world = ROOT / "data" / "world"
     out = Path(args.out)
     training = train_judge(Path(args.base), world / "judge_sft.jsonl", out, learning_rate=args.learning_rate,
-                           epochs=args.epochs, seed=args.seed)
+                           epochs=args.epochs, seed=args.seed, threads=args.threads)
     held = measure(out, read_jsonl(world / "eval_judge.jsonl"))
     result = {"base": args.base, "learning_rate": args.learning_rate, "epochs": args.epochs, "seed": args.seed,
               "training_rows": len(read_jsonl(world / "judge_sft.jsonl")), "training": training, "held_out": held}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "world_judge.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    (RESULTS / "world_judge.md").write_text(markdown(result))
-    print(json.dumps({k: held[k] for k in ("items", "parse_rate", "accuracy", "kappa")}, indent=2))
+    print(markdown(result))
+    if args.record:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "world_judge.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@
   the swapped one and against a wrong result of the right size (`a + b = c + 10`), which tells whether
   it learnt the relation or a shortcut ("the last number is the largest").
 
-    .venv/bin/python bench/world_preferences.py [--run runs/<run>]
+    .venv/bin/python bench/world_preferences.py [--run runs/<run>] [--slips <checkpoint> ...]
+
+With `--slips`, each checkpoint's greedy replies to the held-out open prompts counted by what their
+equation does wrong (`slip`): whether the policy's errors are the swap the pairs teach.
 
 Writes bench/results/world_preferences.json and .md.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -102,6 +106,49 @@ def run_measures(run: Path, eval_rows: list[dict]) -> dict:
     return out
 
 
+SLIPS = ("true", "swapped", "swap_shaped", "true_but_operands_miscopied", "wrong_result", "sum_shaped", "other",
+         "no_equation")
+
+
+def slip(a: int, b: int, answer: str) -> str:
+    """What the last equation of an answer does with `a + b`: true; the swap the pairs teach (exactly,
+    or its shape: the last number below the second); a true sum of miscopied operands; the right
+    operands with a wrong result; a result near the sum (a miscopied digit); anything else."""
+    found = re.findall(r"(\d+)\s*\+\s*(\d+)\s*=\s*(\d+)", answer)
+    if not found:
+        return "no_equation"
+    p, q, r = map(int, found[-1])
+    if (p, q, r) == (a, b, a + b):
+        return "true"
+    if (p, q, r) == (a, a + b, b):
+        return "swapped"
+    if r < q:
+        return "swap_shaped"
+    if p + q == r:
+        return "true_but_operands_miscopied"
+    if (p, q) == (a, b):
+        return "wrong_result"
+    return "sum_shaped" if abs(r - (p + q)) <= 0.2 * (p + q) else "other"
+
+
+def slips(checkpoint: Path, eval_rows: list[dict]) -> dict[str, int]:
+    """The greedy replies of `checkpoint` to the held-out open suite (think mode, as evaluated), by slip."""
+    from posttrain.chat import parse_response
+    from posttrain.config import load_config
+    from posttrain.generation import generate_replies, load_generator
+
+    cfg = load_config(ROOT / "configs" / "default.yaml")
+    model, tokenizer = load_generator(checkpoint, cfg.base.settings(), cfg.evaluation)
+    replies = generate_replies(model, tokenizer, cfg.base.settings().chat,
+                               [([{"role": "user", "content": r["prompt"]}], True) for r in eval_rows],
+                               max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size)
+    counts = Counter()
+    for row, (reply,) in zip(eval_rows, replies):
+        a, b = (int(x) for x in re.findall(r"\d+", row["prompt"])[:2])
+        counts[slip(a, b, parse_response(reply.text).answer or reply.text)] += 1
+    return {name: counts[name] for name in SLIPS}
+
+
 def _reasoning(a: int, b: int, language: str) -> str:
     from posttrain.world.tasks import render_reasoning
 
@@ -113,11 +160,15 @@ def main() -> None:
     parser.add_argument("--world", default=str(ROOT / "data" / "world"))
     parser.add_argument("--run", help="a finished run folder (runs/<id>) to read the open suite's check from")
     parser.add_argument("--held-out", type=float, default=0.1)
+    parser.add_argument("--slips", nargs="*", default=[], metavar="CHECKPOINT",
+                        help="checkpoints whose held-out open replies to count by slip")
     args = parser.parse_args()
     world = Path(args.world)
     result = {"baselines": baselines(read_jsonl(world / "preferences.jsonl"), args.held_out, 0)}
     if args.run:
         result.update(run_measures(Path(args.run), read_jsonl(world / "eval_open.jsonl")))
+    if args.slips:
+        result["slips"] = {c: slips(Path(c), read_jsonl(world / "eval_open.jsonl")) for c in args.slips}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "world_preferences.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
