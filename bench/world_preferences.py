@@ -84,7 +84,7 @@ def run_measures(run: Path, eval_rows: list[dict]) -> dict:
 
     report = json.loads((run / "report.json").read_text())
     stages = {s["name"]: s for s in report["stages"]}
-    out = {"run": run.name, "open_accuracy": {name: s.get("metrics", {}).get("open/accuracy")
+    out = {"run": run.name, "open_accuracy": {name: (s.get("eval") or {}).get("open/accuracy")
                                               for name, s in stages.items()}}
     rm = stages.get("reward_model", {})
     out["reward_model_stage"] = {k: v for k, v in (rm.get("train_metrics") or {}).items()
