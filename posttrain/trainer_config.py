@@ -148,6 +148,9 @@ class SFTTrainerConfig(TrainingHardware):
     warmup_ratio: float = Field(0.05, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
     packing: bool = False               # TRL's packing of several rows into one sequence of max_length
+    # Batches of rows of similar length (transformers' `train_sampling_strategy="group_by_length"`):
+    # on the default fusion mix 98% of a batch's positions are tokens, 62% with random batches.
+    group_by_length: bool = True
     save_steps: int | None = Field(None, ge=1)  # in-stage checkpoints, so a rerun resumes (None: none)
 
     @field_validator("max_steps")

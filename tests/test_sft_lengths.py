@@ -43,3 +43,32 @@ def test_nothing_left_names_the_setting_to_raise(tokenizer):
     rows = [_row("What is 2 plus 2? " * 40, "\\boxed{4}")] * 2
     with pytest.raises(NoUsableRows, match=f"every one of 2 examples has its reply start past {FIELD}=48 tokens"):
         sft_dataset(tokenizer, CHAT, rows, 48, FIELD)
+
+
+def test_sft_batches_rows_of_similar_length(tokenizer, tmp_path):
+    """The stages' SFT batches group rows by length (transformers' LengthGroupedSampler), so a
+    batch pads little; with `group_by_length: false` they are drawn at random."""
+    import random
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from trl import SFTTrainer
+
+    from posttrain.trainer_config import SFTTrainerConfig
+    from posttrain.trainers import sft_args
+
+    rng = random.Random(0)
+    rows = [_row(f"What is {i} plus 2?", "<think>\n" + "add. " * rng.choice([1, 40]) + "\n</think>\n\n\\boxed{4}")
+            for i in range(128)]
+    dataset, _ = sft_dataset(tokenizer, CHAT, rows, 256, FIELD)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+
+    def fill(group_by_length: bool) -> float:
+        cfg = SFTTrainerConfig(batch_size=8, max_steps=1, group_by_length=group_by_length)
+        trainer = SFTTrainer(model=model, args=sft_args(cfg, tmp_path / str(group_by_length), 0),
+                             processing_class=tokenizer, train_dataset=dataset)
+        batches = list(trainer.get_train_dataloader())
+        return sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
+
+    grouped, drawn = fill(True), fill(False)
+    assert grouped > 0.9 and drawn < 0.7, (grouped, drawn)

@@ -257,3 +257,34 @@ def test_open_kind_pairs_differ_only_in_the_order_of_their_numbers():
     vocabulary = set(world_characters())
     texts = [t.question + t.reply(t.true_equation) for t in train + held]
     assert set("".join(texts)) <= vocabulary
+
+
+def test_pretraining_blocks_hold_whole_documents_packed_tightly(tokenizer):
+    """Every document lands whole in exactly one block, each block starts at a document start, and
+    best-fit packing needs fewer blocks than filling blocks in corpus order."""
+    import math
+
+    from posttrain.world.pretrain import pack
+
+    docs = build_corpus(CorpusConfig(math_documents=300, direct_documents=30), seed=3)
+    length = 192
+    ids, labels = pack(tokenizer, docs, length)
+    sep = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    encoded = [tuple((e + [sep])[:length]) for e in tokenizer(docs, add_special_tokens=False)["input_ids"]]
+    found = []
+    for block, block_labels in zip(ids.tolist(), labels.tolist()):
+        tokens = [t for t, lab in zip(block, block_labels) if lab != -100]
+        assert tokens and tokens == block[:len(tokens)], "padding inside a block"
+        while tokens:   # split the block back into documents at the separators
+            end = tokens.index(sep) + 1 if sep in tokens else len(tokens)
+            found.append(tuple(tokens[:end]))
+            tokens = tokens[end:]
+    assert sorted(found) == sorted(encoded)
+    in_order = 0
+    room = 0
+    for doc in encoded:   # blocks needed when filled in corpus order
+        if len(doc) > room:
+            in_order, room = in_order + 1, length
+        room -= len(doc)
+    assert len(ids) < in_order
+    assert len(ids) <= math.ceil(sum(map(len, encoded)) / length) * 1.1
