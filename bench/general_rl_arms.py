@@ -71,6 +71,10 @@ def run_seed(cfg, data, fusion: CheckpointRef, reward_model: CheckpointRef, judg
 
     measured: dict[str, dict] = {}
     for arm in arms:
+        done = out / f"{arm}.json"   # an arm measured before in this --out is read back, not trained again
+        if done.is_file():
+            measured[arm] = json.loads(done.read_text())
+            continue
         inputs = stage_inputs(cfg, "general_rl", data, work_dir=out / arm, parent=fusion, seed=seed,
                               reward_model=reward_model if arm == "reward_model" else None)
         if arm == "rules":
@@ -83,6 +87,7 @@ def run_seed(cfg, data, fusion: CheckpointRef, reward_model: CheckpointRef, judg
                          "paid_open": result.train_metrics.get("reward_by_kind/open"),
                          "metrics": {m: evaluation.metrics[m] for m in METRICS if m in evaluation.metrics},
                          "per_item": {m: evaluation.per_item[m] for m in METRICS if m in evaluation.per_item}}
+        done.write_text(json.dumps(measured[arm]))
         print(json.dumps({seed: {arm: measured[arm]["metrics"]}}), flush=True)
     return measured
 

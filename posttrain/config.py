@@ -239,7 +239,7 @@ class RewardModelTrainerConfig(SFTTrainerConfig):
     max_length: int = Field(512, ge=16)
     center_rewards_coefficient: float | None = Field(None, gt=0)
     use_margin: bool = False
-    group_by_length: Literal[False] = False   # RewardTrainer's pairs have no one length to group by
+    sampling: Literal["random"] = "random"   # RewardTrainer's pairs have no one length to group by
 
 
 class RewardModelConfig(Launched):

@@ -45,7 +45,7 @@ class PretrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(600, ge=1)
-    batch_size: int = Field(19, ge=1)
+    batch_size: int = Field(24, ge=1)
     sequence_length: int = Field(192, ge=8)
     learning_rate: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(30, ge=0)

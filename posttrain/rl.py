@@ -262,64 +262,150 @@ class EpochOrderedRepeatSampler(RepeatSampler):
                 torch.randperm(self.num_samples, generator=self.generator)
 
 
-class RolloutGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose rollouts on the plain transformers path (no vLLM, no ZeRO-3 or FSDP, no
-    continuous batching, text only) come from posttrain.generation.decode: a row that has ended
-    leaves the batch and its KV cache, where `generate` carries every row to the longest one, and
-    the cache is allocated once. The tokens are drawn as `generate` draws them (TRL's generation
-    config and its logits processors, the global RNG, one draw for the whole batch per token), so
-    the rollouts are the ones TRL's own path would sample, token for token
-    (tests/test_rl_rollouts.py): 64 rollouts of up to 144 tokens in 1.5 s instead of 2.3 s on 2
-    CPU cores (bench/results/time_bound.md)."""
+def decode_rollouts(prompts: list[str], trainer) -> dict:
+    """TRL's `rollout_func` on the plain transformers path: the rollouts of posttrain.generation.decode,
+    where a row that has ended leaves the batch and its KV cache (`generate` carries every row to the
+    longest one) and the cache is allocated once. The tokens are drawn as `generate` draws them (TRL's
+    generation config and its logits processors, the global RNG, one draw for the whole batch per
+    token), so they are the rollouts TRL's own path would sample, token for token
+    (tests/test_rl_rollouts.py): 64 rollouts of up to 144 tokens in 1.5 s instead of 2.3 s on 2 CPU
+    cores (bench/results/time_bound.md). Prompts arrive rendered with the chat template
+    (posttrain.trainers.grpo_dataset), which holds any BOS already: no special tokens are added."""
+    from trl.models import unwrap_model_for_generation
+    from trl.trainer.utils import pad
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        from trl.models import unwrap_model_for_generation
-        from trl.trainer.utils import pad
+    from posttrain.generation import TokenPicker, decode
 
-        from posttrain.generation import TokenPicker, decode
-
-        plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields
-                     or self.is_deepspeed_enabled or self.is_fsdp_enabled)
-        if not plain:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        device = self.accelerator.device
-        prompts = [torch.tensor(ids) for ids in prompt_ids]
-        ids = pad(prompts, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)
-        mask = pad([torch.ones_like(t) for t in prompts], padding_value=0, padding_side="left").to(device)
-        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator, generation_kwargs=self.generation_kwargs,
-                                          gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model,
-              torch.no_grad()):
-            pick = TokenPicker(model, ids, None, generation_config=self.generation_config, whole_batch=True)
-            if pick.stateful:   # e.g. a repetition penalty reads each row's tokens so far
-                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                     has_tool_images)
-            completions = decode(model, ids, mask, max_new_tokens=self.max_completion_length,
-                                 stop_ids=set(self.eos_token_ids), pick=pick)
-        return completions, None
+    prompt_ids = trainer.processing_class(text=prompts, add_special_tokens=False)["input_ids"]
+    device = trainer.accelerator.device
+    rows = [torch.tensor(ids) for ids in prompt_ids]
+    ids = pad(rows, padding_value=trainer.processing_class.pad_token_id, padding_side="left").to(device)
+    mask = pad([torch.ones_like(t) for t in rows], padding_value=0, padding_side="left").to(device)
+    with (unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs,
+                                      gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) as model,
+          torch.no_grad()):
+        pick = TokenPicker(model, ids, None, generation_config=trainer.generation_config, whole_batch=True)
+        completions = decode(model, ids, mask, max_new_tokens=trainer.max_completion_length,
+                             stop_ids=set(trainer.eos_token_ids), pick=pick)
+    return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None}
 
 
-class ResumableGRPOTrainer(RolloutGRPOTrainer):
-    """GRPOTrainer whose resume from a checkpoint continues where the run stopped: the prompt order
-    of every epoch as in an uninterrupted run, the generation schedule counted from the checkpoint's
-    step, and, stopped between two generations (num_iterations > 1), the saved rollouts that the
-    next steps reuse. Together with the Trainer's own checkpoint (weights, optimizer, scheduler, RNG)
-    the resumed run trains as the uninterrupted one (tests/test_rl_resume.py)."""
+class StageGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer as the RL stages run it, extended through TRL's public points:
+    rollouts by `rollout_func` (`decode_rollouts`, where TRL would generate with plain transformers),
+    rewards as plain callables that also log the group, sampler and per-kind statistics through TRL's
+    `log_metric` (posttrain.rl_rewards), and callbacks for the resume files, alerts and the held-out
+    probe. What our stages add that no public point reaches is overridden here, once, and pinned
+    against TRL by tests/test_rl_resume.py and tests/test_rl_rollouts.py:
+      - `_get_train_sampler`: the problem sampler (prioritized / curriculum, `sampling`) or TRL's
+        RepeatSampler made resumable in any epoch;
+      - `train`: a resume counts TRL's generation schedule on from the checkpoint's step and reuses
+        the saved rollouts between two generations (TRL's checkpoint holds neither);
+      - `_generate_and_score_completions`: the rollout policy's KL to the starting policy (`monitor_kl`
+        at beta = 0), the policy step that generated the batch, and DAPO's uniform groups taken out
+        of the loss read or change the scored batch, which no callback sees;
+      - `_tokenize_prompts`, on TRL's own generation path only: rendered prompts get no second BOS.
+    Together with the Trainer's own checkpoint (weights, optimizer, scheduler, RNG) a resumed run
+    trains as the uninterrupted one."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, sampling: ProblemSamplingConfig | None = None, difficulty: list[int] | None = None,
+                 problem_stats: ProblemStats | None = None, monitor_kl: bool = False, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+            super().__init__(*args, rollout_func=decode_rollouts, **kwargs)
+        if not self._plain_generation():
+            self.rollout_func = None   # vLLM, ZeRO-3/FSDP or a history-reading processor: TRL generates
         self.add_callback(ResumeCheckpoint(self.save_resume_state))
+        # Copied before any step, and before a resume loads its checkpoint: the starting policy.
+        self.drift_anchor = None
+        if monitor_kl and self.beta == 0.0:
+            self.drift_anchor = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
+        self.sampling, self.problem_stats, self.problem_sampler = sampling, problem_stats, None
+        if sampling is not None:
+            total_batches = math.ceil(self.args.max_steps / self.args.steps_per_generation)
+            self.problem_sampler = ProblemSampler(
+                difficulty, problem_stats, sampling, prompts_per_batch=self.args.generation_batch_size // self.num_generations,
+                num_generations=self.num_generations, repeat_count=self._generate_every(),
+                total_batches=total_batches, seed=self.args.seed)
+
+    def _plain_generation(self) -> bool:
+        from posttrain.generation import TokenPicker
+
+        if (self.use_vllm or self.use_transformers_continuous_batching or self.tools or self.is_deepspeed_enabled
+                or self.is_fsdp_enabled):
+            return False
+        model = self.accelerator.unwrap_model(self.model)
+        probe = torch.zeros((1, 1), dtype=torch.long, device=self.accelerator.device)
+        # a processor that reads each row's tokens so far (e.g. a repetition penalty) cannot follow rows out of the batch
+        return not TokenPicker(model, probe, None, generation_config=self.generation_config, whole_batch=True).stateful
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
-        # TRL's sampler, in the same order, but resumable in any epoch (accelerate's dataloader
-        # calls set_epoch on it at every epoch, also after skipping the trained batches).
+        if self.problem_sampler is not None:
+            return self.problem_sampler
+        # TRL's sampler, in the same order, but resumable in any epoch (accelerate's dataloader calls
+        # set_epoch on it at every epoch, also after skipping the trained batches).
         return EpochOrderedRepeatSampler(
             data_source=self.train_dataset if dataset is None else dataset, mini_repeat_count=self.num_generations,
             batch_size=self.args.generation_batch_size // self.num_generations,
-            repeat_count=self.num_iterations * self.args.steps_per_generation, shuffle=self.shuffle_dataset,
-            seed=self.args.seed)
+            repeat_count=self._generate_every(), shuffle=self.shuffle_dataset, seed=self.args.seed)
 
     def _generate_every(self) -> int:
         return self.args.steps_per_generation * self.num_iterations
+
+    def _tokenize_prompts(self, prompts: list):
+        if prompts and isinstance(prompts[0], str):
+            return self.processing_class(text=prompts, add_special_tokens=False)["input_ids"], None, {}
+        return super()._tokenize_prompts(prompts)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._metrics["train"]["rollout/staleness"].append(float(self.state.global_step - self._rollout_step))
+        return loss
+
+    # The optimizer step whose policy generated the rollouts in use.
+    _rollout_step = 0
+
+    def _generate_and_score_completions(self, inputs):
+        # pi_old for this batch is the policy as of this optimizer step; with num_iterations > 1 the
+        # batch is reused for later steps, and `rollout/staleness` says how far behind it then is.
+        self._rollout_step = self.state.global_step
+        out = super()._generate_and_score_completions(inputs)
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["rollout/policy_step"].append(float(self._rollout_step))
+        if self.drift_anchor is not None:
+            kl = self.rollout_kl_to_anchor(out)
+            if kl is not None:
+                metrics["kl"].append(kl)
+        if self.problem_stats is not None:
+            for bucket, rate in sorted(self.problem_stats.bucket_rate.items()):
+                metrics[f"sampler/success/{bucket}"].append(rate)
+        if self.sampling is not None and self.sampling.drop_uniform_groups:
+            advantages = out["advantages"].view(-1, self.num_generations)
+            uniform = (advantages == 0).all(dim=1).repeat_interleave(self.num_generations)
+            out["completion_mask"] = out["completion_mask"] * (~uniform).unsqueeze(1).to(out["completion_mask"].dtype)
+            metrics["groups/dropped"].append(uniform.float().mean().item())
+        return out
+
+    @torch.no_grad()
+    def rollout_kl_to_anchor(self, batch: dict) -> float | None:
+        """KL(rollout policy || starting policy) over the completion tokens TRL's completion mask
+        keeps (with mask_truncated_completions, truncated completions are out), with the k3
+        estimator of TRL's KL term, in float64 (the per-token differences are tiny), summed over
+        processes. On one completion per group: two forward passes over the whole batch cost a
+        third of a CPU step (bench/rl_step.py). None when no token is left to measure."""
+        one_per_group = slice(None, None, self.num_generations)
+        completion_ids, completion_mask = batch["completion_ids"][one_per_group], batch["completion_mask"][one_per_group]
+        ids = torch.cat([batch["prompt_ids"][one_per_group], completion_ids], dim=1)
+        mask = torch.cat([batch["prompt_mask"][one_per_group], completion_mask], dim=1)
+        keep, chunk = completion_ids.size(1), self.args.per_device_train_batch_size
+        # Both on the same slice and the same way, so the first batch reads exactly 0.
+        policy, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=chunk)
+        anchor, _, _ = self._get_per_token_logps_and_entropies(self.drift_anchor, ids, mask, keep, batch_size=chunk)
+        delta = anchor.double() - policy.double()
+        weights = completion_mask.double()
+        local = torch.stack([((torch.exp(delta) - delta - 1) * weights).sum(), weights.sum()])
+        total, count = self.accelerator.reduce(local, reduction="sum").tolist()
+        return total / count if count else None
 
     def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -328,6 +414,25 @@ class ResumableGRPOTrainer(RolloutGRPOTrainer):
             tmp = target.with_suffix(".tmp")
             torch.save({"inputs": self._buffered_inputs, "rollout_step": self._rollout_step}, tmp)
             tmp.replace(target)
+        if self.problem_sampler is not None:
+            target = checkpoint_dir / per_process(SAMPLER_STATE)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.problem_sampler.state_dict(batches_consumed)))
+            tmp.replace(target)
+
+    def restore_sampler(self, checkpoint_dir: str | None) -> bool:
+        """Call before `train(resume_from_checkpoint=checkpoint_dir)`."""
+        if checkpoint_dir is None or self.problem_sampler is None:
+            return False
+        path = Path(checkpoint_dir) / per_process(SAMPLER_STATE)
+        if not path.is_file():
+            # HF writes the checkpoint before on_save callbacks run, so a kill in between leaves a
+            # usable checkpoint without sampler state: resume the weights, restart the schedule.
+            warnings.warn(f"{path} is missing: resuming the weights and optimizer from {checkpoint_dir} "
+                          f"with a fresh problem sampler (its success statistics start over)")
+            return False
+        self.problem_sampler.load_state_dict(json.loads(path.read_text()))
+        return True
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if resume_from_checkpoint is True:
@@ -352,118 +457,6 @@ class ResumableGRPOTrainer(RolloutGRPOTrainer):
             return
         saved = torch.load(rollouts, map_location=self.accelerator.device, weights_only=True)
         self._buffered_inputs, self._rollout_step = saved["inputs"], saved["rollout_step"]
-
-    # The optimizer step whose policy generated the rollouts in use (StageGRPOTrainer sets it).
-    _rollout_step = 0
-
-
-class KLMonitoredGRPOTrainer(ResumableGRPOTrainer):
-    """GRPOTrainer that logs `kl` also when beta = 0 (no KL term, so TRL computes none): the drift
-    of each batch's rollout policy from the policy the stage started from."""
-
-    def __init__(self, *args, monitor_kl: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        # Copied before any step, and before a resume loads its checkpoint: the starting policy.
-        self.drift_anchor = None
-        if monitor_kl and self.beta == 0.0:
-            self.drift_anchor = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
-
-    def _tokenize_prompts(self, prompts: list):
-        """Prompts arrive rendered with the chat template (posttrain.trainers.grpo_dataset), which
-        already holds any BOS: tokenizing them must not add special tokens a second time."""
-        if prompts and isinstance(prompts[0], str):
-            return self.processing_class(text=prompts, add_special_tokens=False)["input_ids"], None, {}
-        return super()._tokenize_prompts(prompts)
-
-    def _generate_and_score_completions(self, inputs):
-        out = super()._generate_and_score_completions(inputs)
-        if self.drift_anchor is not None:
-            kl = self.rollout_kl_to_anchor(out)
-            if kl is not None:
-                self._metrics["train" if self.model.training else "eval"]["kl"].append(kl)
-        return out
-
-    @torch.no_grad()
-    def rollout_kl_to_anchor(self, batch: dict) -> float | None:
-        """KL(rollout policy || starting policy) over the completion tokens TRL's completion mask
-        keeps (with mask_truncated_completions, truncated completions are out), with the k3
-        estimator of TRL's KL term, in float64 (the per-token differences are tiny), summed over
-        processes. On one completion per group: two forward passes over the whole batch cost a
-        third of a CPU step (bench/rl_step.py). None when no token is left to measure."""
-        one_per_group = slice(None, None, self.num_generations)
-        completion_ids, completion_mask = batch["completion_ids"][one_per_group], batch["completion_mask"][one_per_group]
-        ids = torch.cat([batch["prompt_ids"][one_per_group], completion_ids], dim=1)
-        mask = torch.cat([batch["prompt_mask"][one_per_group], completion_mask], dim=1)
-        keep, chunk = completion_ids.size(1), self.args.per_device_train_batch_size
-        # Both on the same slice and the same way, so the first batch reads exactly 0.
-        policy, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=chunk)
-        anchor, _, _ = self._get_per_token_logps_and_entropies(self.drift_anchor, ids, mask, keep, batch_size=chunk)
-        delta = anchor.double() - policy.double()
-        weights = completion_mask.double()
-        local = torch.stack([((torch.exp(delta) - delta - 1) * weights).sum(), weights.sum()])
-        total, count = self.accelerator.reduce(local, reduction="sum").tolist()
-        return total / count if count else None
-
-
-class StageGRPOTrainer(KLMonitoredGRPOTrainer):
-    """GRPOTrainer with our problem sampler, group statistics in its logs, and (optionally) groups
-    with zero reward variance removed from the loss (DAPO dynamic sampling without the refill)."""
-
-    def __init__(self, *args, sampling: ProblemSamplingConfig, difficulty: list[int], problem_stats: ProblemStats,
-                 **kwargs):
-        super().__init__(*args, **kwargs)
-        self.sampling = sampling
-        self.problem_stats = problem_stats
-        generation_batch = self.args.generation_batch_size // self.num_generations
-        total_batches = math.ceil(self.args.max_steps / self.args.steps_per_generation)
-        self.problem_sampler = ProblemSampler(
-            difficulty, self.problem_stats, sampling, prompts_per_batch=generation_batch,
-            num_generations=self.num_generations, repeat_count=self.num_iterations * self.args.steps_per_generation,
-            total_batches=total_batches, seed=self.args.seed)
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        self._metrics["train"]["rollout/staleness"].append(float(self.state.global_step - self._rollout_step))
-        return loss
-
-    def _get_train_sampler(self, dataset=None) -> Sampler:
-        return self.problem_sampler
-
-    def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
-        super().save_resume_state(checkpoint_dir, batches_consumed)
-        target = checkpoint_dir / per_process(SAMPLER_STATE)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.problem_sampler.state_dict(batches_consumed)))
-        tmp.replace(target)
-
-    def restore_sampler(self, checkpoint_dir: str | None) -> bool:
-        """Call before `train(resume_from_checkpoint=checkpoint_dir)`."""
-        if checkpoint_dir is None:
-            return False
-        path = Path(checkpoint_dir) / per_process(SAMPLER_STATE)
-        if not path.is_file():
-            # HF writes the checkpoint before on_save callbacks run, so a kill in between leaves a
-            # usable checkpoint without sampler state: resume the weights, restart the schedule.
-            warnings.warn(f"{path} is missing: resuming the weights and optimizer from {checkpoint_dir} "
-                          f"with a fresh problem sampler (its success statistics start over)")
-            return False
-        self.problem_sampler.load_state_dict(json.loads(path.read_text()))
-        return True
-
-    def _generate_and_score_completions(self, inputs):
-        # pi_old for this batch is the policy as of this optimizer step; with num_iterations > 1 the
-        # batch is reused for later steps, and `rollout/staleness` says how far behind it then is.
-        self._rollout_step = self.state.global_step
-        out = super()._generate_and_score_completions(inputs)
-        self._metrics["train"]["rollout/policy_step"].append(float(self._rollout_step))
-        for bucket, rate in sorted(self.problem_stats.bucket_rate.items()):
-            self._metrics["train"][f"sampler/success/{bucket}"].append(rate)
-        if self.sampling.drop_uniform_groups:
-            advantages = out["advantages"].view(-1, self.num_generations)
-            uniform = (advantages == 0).all(dim=1).repeat_interleave(self.num_generations)
-            out["completion_mask"] = out["completion_mask"] * (~uniform).unsqueeze(1).to(out["completion_mask"].dtype)
-            self._metrics["train"]["groups/dropped"].append(uniform.float().mean().item())
-        return out
 
 
 def policy_record(trainer_cfg, parent, resumed_from: str | None) -> dict[str, str]:

@@ -102,7 +102,7 @@ def sft_args(cfg: SFTTrainerConfig, output_dir: Path, seed: int):
         max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_batch(processes()), max_length=cfg.max_length,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type="cosine",
         completion_only_loss=True, assistant_only_loss=False, packing=cfg.packing, **_saving(cfg),
-        train_sampling_strategy="group_by_length" if cfg.group_by_length and not cfg.packing else "random",
+        train_sampling_strategy=cfg.sampling,
     )
 
 

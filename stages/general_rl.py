@@ -19,7 +19,7 @@ from posttrain.live_metrics import follow
 from posttrain.reward_model import RewardModelScorer
 from posttrain.rewards.judge import build_judge
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
-from posttrain.rl import KLMonitoredGRPOTrainer, RLAlerts, policy_record
+from posttrain.rl import RLAlerts, StageGRPOTrainer, policy_record
 from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
@@ -49,11 +49,11 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     judge = build_judge(config.judge, inputs.model) if config.rewards.judge else None
     reward_funcs, weights = stage_rewards(config.rewards.model_dump(), reward_settings(config, model, tokenizer, scorer, judge),
                                           chat=inputs.model.chat, tokenizer=tokenizer, model=model)
-    trainer = KLMonitoredGRPOTrainer(model=model, reward_funcs=reward_funcs,
-                                     train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows),
-                                     args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
-                                     processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl,
-                                     peft_config=peft_config(config.trainer))
+    trainer = StageGRPOTrainer(model=model, reward_funcs=reward_funcs,
+                               train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows),
+                               args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
+                               processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl,
+                               peft_config=peft_config(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     follow(trainer, inputs)

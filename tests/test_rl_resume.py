@@ -55,7 +55,7 @@ def _train(tokenizer, work, strategy: str, num_iterations: int, *, max_steps: in
     from datasets import Dataset
 
     from posttrain.config import GRPOTrainerConfig, ProblemSamplingConfig
-    from posttrain.rl import KLMonitoredGRPOTrainer, ProblemStats, StageGRPOTrainer
+    from posttrain.rl import ProblemStats, StageGRPOTrainer
     from posttrain.trainers import grpo_args, resume_point
 
     stats = ProblemStats([f"b{i % 2}" for i in range(PROMPTS)])
@@ -77,7 +77,7 @@ def _train(tokenizer, work, strategy: str, num_iterations: int, *, max_steps: in
                   train_dataset=Dataset.from_list([{"prompt": f"{i}+{i}=", "problem_index": i} for i in range(PROMPTS)]))
     checkpoint = resume_point(work)
     if strategy == "trl":
-        trainer = KLMonitoredGRPOTrainer(**common)
+        trainer = StageGRPOTrainer(**common)
     else:
         trainer = StageGRPOTrainer(**common, sampling=ProblemSamplingConfig(strategy=strategy),
                                    difficulty=[1] * PROMPTS, problem_stats=stats)

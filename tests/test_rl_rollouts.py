@@ -1,31 +1,43 @@
-"""GRPO rollouts on the plain transformers path come from posttrain.generation.decode (finished
-rows leave the batch): the tokens TRL's `generate` gives, forced or sampled from the same RNG
-state, and TRL's own path where a logits processor needs every row's history."""
+"""GRPO rollouts on the plain transformers path come from posttrain.generation.decode through TRL's
+`rollout_func` (finished rows leave the batch): the tokens TRL's `generate` gives, forced or
+sampled from the same RNG state, and TRL's own path where a logits processor needs every row's
+history."""
 import pytest
 import torch
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _trainer(tokenizer, tmp_path):
+def _trainer(tokenizer, tmp_path, **generation):
     from datasets import Dataset
 
     from posttrain.config import GRPOTrainerConfig
-    from posttrain.rl import KLMonitoredGRPOTrainer
+    from posttrain.rl import StageGRPOTrainer
     from posttrain.trainers import grpo_args
     from posttrain.world.model import Architecture, build_model
 
     model = build_model(Architecture(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                                      intermediate_size=64), tokenizer, seed=0)
     cfg = GRPOTrainerConfig(max_steps=1, prompts_per_step=2, num_generations=2, max_completion_length=12)
-    return KLMonitoredGRPOTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
-                                  processing_class=tokenizer, args=grpo_args(cfg, tmp_path, 0, [1.0]),
-                                  train_dataset=Dataset.from_list([{"prompt": "1+1="}, {"prompt": "2+2="}]))
+    args = grpo_args(cfg, tmp_path, 0, [1.0])
+    for key, value in generation.items():
+        setattr(args, key, value)
+    return StageGRPOTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                            processing_class=tokenizer, args=args,
+                            train_dataset=Dataset.from_list([{"prompt": "1+1="}, {"prompt": "2+2="}]))
 
 
-def _prompts(tokenizer) -> list[list[int]]:
-    texts = ["12+7=", "12+7=", "where 300 - 41 is", "where 300 - 41 is"]   # two lengths: left padding
-    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+TEXTS = ["12+7=", "12+7=", "where 300 - 41 is", "where 300 - 41 is"]   # two lengths: left padding
+
+
+def _prompts(tokenizer, times: int = 1) -> list[list[int]]:
+    return tokenizer(TEXTS * times, add_special_tokens=False)["input_ids"]
+
+
+def _ours(trainer, times: int = 1):
+    out = trainer.rollout_func(TEXTS * times, trainer)
+    assert out["prompt_ids"] == _prompts(trainer.processing_class, times)
+    return out["completion_ids"], out["logprobs"]
 
 
 def _force(trainer, **settings):
@@ -48,7 +60,7 @@ def test_forced_draws_give_the_tokens_of_trls_generate_and_stop_at_the_first_eos
     trainer.eos_token_ids = [*trainer.eos_token_ids, stop]
     _force(trainer, eos_token_id=trainer.eos_token_ids)
     theirs = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
-    ours, logprobs = trainer._generate_single_turn(prompts, None, {}, 2)
+    ours, logprobs = _ours(trainer)
     assert ours == theirs and logprobs is None
     assert len(ours[0]) == free_run[0].index(stop) + 1 < 12 and ours[0][-1] == stop
     assert len(ours[2]) == 12
@@ -60,7 +72,7 @@ def test_sampled_rollouts_are_the_ones_trls_generate_draws_from_the_same_rng_sta
     from trl import GRPOTrainer
 
     trainer = _trainer(tokenizer, tmp_path)
-    prompts = _prompts(tokenizer) * 4
+    prompts = _prompts(tokenizer, 4)
     torch.manual_seed(7)
     sampled = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
     assert len({tuple(c) for c in sampled}) > 1, "sampled rows of the same prompt all alike"
@@ -75,26 +87,17 @@ def test_sampled_rollouts_are_the_ones_trls_generate_draws_from_the_same_rng_sta
     theirs = GRPOTrainer._generate_single_turn(trainer, prompts, None, {}, 2)[0]
     after_theirs = torch.get_rng_state()
     torch.manual_seed(7)
-    ours = trainer._generate_single_turn(prompts, None, {}, 2)[0]
+    ours = _ours(trainer, 4)[0]
     assert ours == theirs
     assert torch.equal(torch.get_rng_state(), after_theirs)
     assert len({len(c) for c in ours}) > 2 and min(len(c) for c in ours) < 12
 
 
-def test_a_processor_that_reads_each_rows_history_keeps_trls_path(tokenizer, tmp_path, monkeypatch):
-    from trl import GRPOTrainer
+def test_a_processor_that_reads_each_rows_history_keeps_trls_path(tokenizer, tmp_path):
+    from posttrain.rl import decode_rollouts
 
-    trainer = _trainer(tokenizer, tmp_path)
-    calls = []
-    original = GRPOTrainer._generate_single_turn
-
-    def recorded(self, *args, **kwargs):
-        calls.append(args[0])
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recorded)
-    trainer._generate_single_turn(_prompts(tokenizer), None, {}, 2)
-    assert not calls
-    _force(trainer, repetition_penalty=1.3)
-    completions, _ = trainer._generate_single_turn(_prompts(tokenizer), None, {}, 2)
-    assert len(calls) == 1 and len(completions) == 4
+    assert _trainer(tokenizer, tmp_path / "plain").rollout_func is decode_rollouts
+    trainer = _trainer(tokenizer, tmp_path / "penalty", repetition_penalty=1.3)
+    assert trainer.rollout_func is None   # TRL's own generation
+    prompt_ids, completion_ids = trainer._generate(TEXTS)[:2]
+    assert prompt_ids == _prompts(tokenizer) and len(completion_ids) == len(TEXTS)   # no second BOS either

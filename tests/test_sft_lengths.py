@@ -45,11 +45,13 @@ def test_nothing_left_names_the_setting_to_raise(tokenizer):
         sft_dataset(tokenizer, CHAT, rows, 48, FIELD)
 
 
-def test_sft_batches_rows_of_similar_length(tokenizer, tmp_path):
-    """The stages' SFT batches group rows by length (transformers' LengthGroupedSampler), so a
-    batch pads little; with `group_by_length: false` they are drawn at random."""
+def test_sft_micro_batches_of_similar_length_train_as_whole_batches(tokenizer, tmp_path):
+    """`sampling: batch_rebalance` splits each random batch into micro-batches of similar length: less
+    padding computed, and the same rows and loss per optimizer step, so the weights after training
+    equal those of whole batches (`random` pads each batch to its longest row)."""
     import random
 
+    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from trl import SFTTrainer
 
@@ -57,18 +59,26 @@ def test_sft_batches_rows_of_similar_length(tokenizer, tmp_path):
     from posttrain.trainers import sft_args
 
     rng = random.Random(0)
-    rows = [_row(f"What is {i} plus 2?", "<think>\n" + "add. " * rng.choice([1, 40]) + "\n</think>\n\n\\boxed{4}")
-            for i in range(128)]
+    rows = [_row(f"What is {i} plus 2?", "<think>\n" + "add. " * rng.choice([1, 10, 40]) + "\n</think>\n\n\\boxed{4}")
+            for i in range(64)]
     dataset, _ = sft_dataset(tokenizer, CHAT, rows, 256, FIELD)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
 
-    def fill(group_by_length: bool) -> float:
-        cfg = SFTTrainerConfig(batch_size=8, max_steps=1, group_by_length=group_by_length)
-        trainer = SFTTrainer(model=model, args=sft_args(cfg, tmp_path / str(group_by_length), 0),
+    def train(sampling: str, accumulation: int):
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        cfg = SFTTrainerConfig(batch_size=16, max_steps=3, learning_rate=1e-2, sampling=sampling,
+                               gradient_accumulation_steps=accumulation)
+        trainer = SFTTrainer(model=model, args=sft_args(cfg, tmp_path / f"{sampling}{accumulation}", 0),
                              processing_class=tokenizer, train_dataset=dataset)
         batches = list(trainer.get_train_dataloader())
-        return sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
+        fill = sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
+        trainer.train()
+        return fill, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-    grouped, drawn = fill(True), fill(False)
-    assert grouped > 0.9 and drawn < 0.7, (grouped, drawn)
+    whole_fill, whole = train("batch_rebalance", 1)
+    split_fill, split = train("batch_rebalance", 4)
+    random_fill, _ = train("random", 1)
+    assert split_fill > whole_fill + 0.15 and split_fill > random_fill + 0.15, (split_fill, whole_fill, random_fill)
+    for name, weight in whole.items():
+        torch.testing.assert_close(split[name], weight, rtol=1e-4, atol=1e-5, msg=name)

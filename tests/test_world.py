@@ -259,32 +259,20 @@ def test_open_kind_pairs_differ_only_in_the_order_of_their_numbers():
     assert set("".join(texts)) <= vocabulary
 
 
-def test_pretraining_blocks_hold_whole_documents_packed_tightly(tokenizer):
-    """Every document lands whole in exactly one block, each block starts at a document start, and
-    best-fit packing needs fewer blocks than filling blocks in corpus order."""
-    import math
+def test_judge_rationale_compares_digit_by_digit_and_agrees_with_the_checker():
+    """The world judge's target: each stated sum against the reference one digit pair at a time,
+    and the rating the checker's verdict, which is `[[10]]` exactly when some sum is stated and
+    every pair is equal (so the rating follows from the pairs the judge writes)."""
+    import re
 
-    from posttrain.world.pretrain import pack
+    from posttrain.world import open_tasks
 
-    docs = build_corpus(CorpusConfig(math_documents=300, direct_documents=30), seed=3)
-    length = 192
-    ids, labels = pack(tokenizer, docs, length)
-    sep = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    encoded = [tuple((e + [sep])[:length]) for e in tokenizer(docs, add_special_tokens=False)["input_ids"]]
-    found = []
-    for block, block_labels in zip(ids.tolist(), labels.tolist()):
-        tokens = [t for t, lab in zip(block, block_labels) if lab != -100]
-        assert tokens and tokens == block[:len(tokens)], "padding inside a block"
-        while tokens:   # split the block back into documents at the separators
-            end = tokens.index(sep) + 1 if sep in tokens else len(tokens)
-            found.append(tuple(tokens[:end]))
-            tokens = tokens[end:]
-    assert sorted(found) == sorted(encoded)
-    in_order = 0
-    room = 0
-    for doc in encoded:   # blocks needed when filled in corpus order
-        if len(doc) > room:
-            in_order, room = in_order + 1, length
-        room -= len(doc)
-    assert len(ids) < in_order
-    assert len(ids) <= math.ceil(sum(map(len, encoded)) / length) * 1.1
+    assert open_tasks.judge_rationale("981 + 15 = 997", "996") == "Stated: 997. Reference: 996. Digits: 9=9 9=9 7/6."
+    assert open_tasks.judge_rationale("99 + 1 = 100", "10").endswith("Digits: 1=1 0=0 0/_.")
+    rows = open_tasks.judge_rows(open_tasks.equation_tasks(300, 5, "train"), 5, training=True)
+    for row in rows:
+        target = row["messages"][-1]["content"]
+        rationale, rating = re.fullmatch(r"<think>\n\n</think>\n\n(.*) \[\[(\d+)\]\]", target).groups()
+        pairs = re.findall(r"(\S)([=/])(\S)", rationale.partition("Digits:")[2])
+        assert (rating == "10") == (bool(pairs) and all(op == "=" for _, op, _ in pairs)), target
+    assert {r["verdict"] for r in rows} == {0.0, 1.0}

@@ -107,7 +107,8 @@ def preference_row(task: EquationTask) -> dict:
 
 # The world's judge (Qwen3 sec. 4.4's model-based reward with a reference answer), trained by
 # bench/world_judge.py. Its template is short because the world's models read 512 characters.
-JUDGE_MAX_NEW_TOKENS = 48   # the justification and the rating, `Stated: 1011, 18. Reference: 1011. [[0]]`
+# the justification and the rating: `Stated: 1011, 18. Reference: 1011. Digits: 1=1 0=0 1=1 1=1; 1=1 8/0 _/1 _/1. [[0]]`
+JUDGE_MAX_NEW_TOKENS = 96
 JUDGE_TEMPLATE = ("Rate the response against the reference answer: [[10]] right, [[0]] wrong.\n"
                   "Question: {question}\nReference answer: {reference}\nResponse: {response}\n")
 
@@ -131,10 +132,19 @@ _EQUATION = re.compile(r"(\d+(?:\s*\+\s*\d+)?)\s*=\s*(\d+(?:\s*\+\s*\d+)?)")
 
 def judge_rationale(answer: str, reference: str) -> str:
     """The judge's one-sentence justification before its rating (as DEFAULT_TEMPLATE asks): the sums
-    the answer states beside the reference. Written next to each other, two numbers are compared
-    digit by digit by a model that could not compare them across the prompt (world_judge.md)."""
+    the answer states beside the reference, then each stated sum against the reference digit by
+    digit from the left (`9=9 9=9 7/6`, `_` past a number's end). Two numbers side by side are not
+    enough for a 1.0M judge: it copies both right and still rates `Stated: 68. Reference: 70.` right
+    (world_judge.md); one digit pair at a time is the comparison it can make."""
     stated = [side for m in _EQUATION.finditer(answer) for side in m.groups() if "+" not in side]
-    return f"Stated: {', '.join(stated) if stated else 'no equation'}. Reference: {reference}."
+    if not stated:
+        return f"Stated: no equation. Reference: {reference}."
+    def pairs(number: str) -> str:
+        width = max(len(number), len(reference))
+        return " ".join(f"{s}{'=' if s == r else '/'}{r}" for s, r in zip(number.ljust(width, "_"), reference.ljust(width, "_")))
+
+    digits = "; ".join(pairs(number) for number in stated)
+    return f"Stated: {', '.join(stated)}. Reference: {reference}. Digits: {digits}."
 
 
 def judge_rows(tasks: list[EquationTask], seed: int, training: bool = False) -> list[dict]:

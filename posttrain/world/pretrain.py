@@ -20,25 +20,20 @@ def pack(tokenizer, documents: list[str], sequence_length: int) -> tuple[torch.T
     """Whole documents packed into blocks, each block starting at a document boundary.
 
     Cutting documents at arbitrary block edges would leave many solutions without their question,
-    and copying operands from the question is the first thing the model has to learn. Documents go
-    longest first into the fullest block that still has room (best-fit decreasing): on the default
-    corpus blocks are 96% tokens instead of 75% when filled in corpus order, so a step computes on
-    a quarter less padding. Returns (input_ids, labels) with padding masked out of the loss.
+    and copying operands from the question is the first thing the model has to learn.
+    Returns (input_ids, labels) with padding masked out of the loss.
     """
     sep = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     pad = tokenizer.pad_token_id
-    docs = [(enc + [sep])[:sequence_length] for enc in tokenizer(documents, add_special_tokens=False)["input_ids"]]
-    blocks: list[list[int]] = []
-    with_room: list[list[int]] = [[] for _ in range(sequence_length + 1)]   # room left -> block indices
-    for doc in sorted(docs, key=len, reverse=True):
-        room = next((r for r in range(len(doc), sequence_length + 1) if with_room[r]), None)
-        if room is None:
-            blocks.append([])
-            index, room = len(blocks) - 1, sequence_length
-        else:
-            index = with_room[room].pop()
-        blocks[index] += doc
-        with_room[room - len(doc)].append(index)
+    blocks, current = [], []
+    for enc in tokenizer(documents, add_special_tokens=False)["input_ids"]:
+        doc = (enc + [sep])[:sequence_length]
+        if len(current) + len(doc) > sequence_length:
+            blocks.append(current)
+            current = []
+        current = current + doc
+    if current:
+        blocks.append(current)
     ids = torch.full((len(blocks), sequence_length), pad)
     labels = torch.full((len(blocks), sequence_length), -100)
     for i, block in enumerate(blocks):
