@@ -267,12 +267,13 @@ def test_judge_rationale_compares_digit_by_digit_and_agrees_with_the_checker():
 
     from posttrain.world import open_tasks
 
-    assert open_tasks.judge_rationale("981 + 15 = 997", "996") == "Stated: 997. Reference: 996. Digits: 9=9 9=9 7/6."
-    assert open_tasks.judge_rationale("99 + 1 = 100", "10").endswith("Digits: 1=1 0=0 0/_.")
+    assert open_tasks.judge_rationale("981 + 15 = 997", "996") == "Stated: 997. Reference: 996. Digits: 9:9= 9:9= 7:6!."
+    assert open_tasks.judge_rationale("99 + 1 = 100", "10").endswith("Digits: 1:1= 0:0= 0:_!.")
     rows = open_tasks.judge_rows(open_tasks.equation_tasks(300, 5, "train"), 5, training=True)
     for row in rows:
         target = row["messages"][-1]["content"]
         rationale, rating = re.fullmatch(r"<think>\n\n</think>\n\n(.*) \[\[(\d+)\]\]", target).groups()
-        pairs = re.findall(r"(\S)([=/])(\S)", rationale.partition("Digits:")[2])
-        assert (rating == "10") == (bool(pairs) and all(op == "=" for _, op, _ in pairs)), target
+        pairs = re.findall(r"(\S):(\S)([=!])", rationale.partition("Digits:")[2])
+        assert all((op == "=") == (s == r) for s, r, op in pairs), target
+        assert (rating == "10") == (bool(pairs) and all(op == "=" for _, _, op in pairs)), target
     assert {r["verdict"] for r in rows} == {0.0, 1.0}

@@ -107,8 +107,8 @@ def preference_row(task: EquationTask) -> dict:
 
 # The world's judge (Qwen3 sec. 4.4's model-based reward with a reference answer), trained by
 # bench/world_judge.py. Its template is short because the world's models read 512 characters.
-# the justification and the rating: `Stated: 1011, 18. Reference: 1011. Digits: 1=1 0=0 1=1 1=1; 1=1 8/0 _/1 _/1. [[0]]`
-JUDGE_MAX_NEW_TOKENS = 96
+# the justification and the rating: `Stated: 1011, 18. Reference: 1011. Digits: 1:1= 0:0= 1:1= 1:1=; 1:1= 8:0! _:1! _:1!. [[0]]`
+JUDGE_MAX_NEW_TOKENS = 112
 JUDGE_TEMPLATE = ("Rate the response against the reference answer: [[10]] right, [[0]] wrong.\n"
                   "Question: {question}\nReference answer: {reference}\nResponse: {response}\n")
 
@@ -133,15 +133,16 @@ _EQUATION = re.compile(r"(\d+(?:\s*\+\s*\d+)?)\s*=\s*(\d+(?:\s*\+\s*\d+)?)")
 def judge_rationale(answer: str, reference: str) -> str:
     """The judge's one-sentence justification before its rating (as DEFAULT_TEMPLATE asks): the sums
     the answer states beside the reference, then each stated sum against the reference digit by
-    digit from the left (`9=9 9=9 7/6`, `_` past a number's end). Two numbers side by side are not
-    enough for a 1.0M judge: it copies both right and still rates `Stated: 68. Reference: 70.` right
-    (world_judge.md); one digit pair at a time is the comparison it can make."""
+    digit from the left, both digits before their verdict (`9:9= 9:9= 7:6!`, `_` past a number's
+    end). Two numbers side by side are not enough for a 1.0M judge: it copies both right and still
+    rates `Stated: 68. Reference: 70.` right; with the verdict between the digits (`7=7`) it decides
+    blind and copies the digit the verdict implies (world_judge.md)."""
     stated = [side for m in _EQUATION.finditer(answer) for side in m.groups() if "+" not in side]
     if not stated:
         return f"Stated: no equation. Reference: {reference}."
     def pairs(number: str) -> str:
         width = max(len(number), len(reference))
-        return " ".join(f"{s}{'=' if s == r else '/'}{r}" for s, r in zip(number.ljust(width, "_"), reference.ljust(width, "_")))
+        return " ".join(f"{s}:{r}{'=' if s == r else '!'}" for s, r in zip(number.ljust(width, "_"), reference.ljust(width, "_")))
 
     digits = "; ".join(pairs(number) for number in stated)
     return f"Stated: {', '.join(stated)}. Reference: {reference}. Digits: {digits}."
