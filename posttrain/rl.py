@@ -408,17 +408,18 @@ class StageGRPOTrainer(GRPOTrainer):
         return total / count if count else None
 
     def save_resume_state(self, checkpoint_dir: Path, batches_consumed: int) -> None:
+        def replace(name: str, write) -> None:   # written whole or not at all: a kill mid-write leaves the old file
+            target = checkpoint_dir / per_process(name)
+            write(target.with_suffix(".tmp"))
+            target.with_suffix(".tmp").replace(target)
+
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         if batches_consumed % self._generate_every() and self._buffered_inputs is not None:
-            target = checkpoint_dir / per_process(ROLLOUT_BUFFER)
-            tmp = target.with_suffix(".tmp")
-            torch.save({"inputs": self._buffered_inputs, "rollout_step": self._rollout_step}, tmp)
-            tmp.replace(target)
+            replace(ROLLOUT_BUFFER, lambda tmp: torch.save({"inputs": self._buffered_inputs,
+                                                            "rollout_step": self._rollout_step}, tmp))
         if self.problem_sampler is not None:
-            target = checkpoint_dir / per_process(SAMPLER_STATE)
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.problem_sampler.state_dict(batches_consumed)))
-            tmp.replace(target)
+            state = json.dumps(self.problem_sampler.state_dict(batches_consumed))
+            replace(SAMPLER_STATE, lambda tmp: tmp.write_text(state))
 
     def restore_sampler(self, checkpoint_dir: str | None) -> bool:
         """Call before `train(resume_from_checkpoint=checkpoint_dir)`."""
