@@ -61,9 +61,10 @@ class RLAlertsConfig(Strict):
     eval_disagreement_max: float = Field(0.01, ge=0, le=1)
     truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
     uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
-    # Goodhart: over the last `goodhart_window` logged steps the reward model's raw score rose while the
-    # independent check of the same replies fell by at least `goodhart_drop` (second half against first),
-    # a fall a one-sided two-proportion test finds at `goodhart_confidence` (a step checks a few replies)
+    # Goodhart: the reward model's raw score rose while the independent check of the same replies fell
+    # by at least `goodhart_drop`, the latest half of `goodhart_window` logged steps against the half
+    # before it and against the run's first half window; `goodhart_confidence` is the score test's and,
+    # shared out over every test of the run, the check test's (posttrain.rl.RLAlerts.goodhart)
     goodhart_window: int = Field(10, ge=4)
     goodhart_drop: float = Field(0.05, gt=0, le=1)
     goodhart_confidence: float = Field(0.95, ge=0.5, lt=1)

@@ -3,6 +3,7 @@ scored as general RL's `reward_model` reward on open-ended rows with the same re
 per group, and watched for Goodhart (its score rising while the independent check falls)."""
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -172,6 +173,71 @@ def test_goodhart_alert_is_quiet_on_a_fall_the_few_replies_checked_explain():
 
     assert fired(16) == []
     assert fired(400) == ["goodhart"]
+
+
+def _goodhart_bench():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))   # as the script runs
+    import goodhart_false_alarms
+
+    return goodhart_false_alarms
+
+
+def test_goodhart_alert_is_quiet_on_make_runs_own_general_rl():
+    """Run ec6e8037's logged steps (its held-out open check rose 0.26 -> 0.56): a window tested at 95%
+    at every step fired at logged step 31; the run's confidence shared out over its tests does not."""
+    bench = _goodhart_bench()
+    alerts = bench.alerts_for(bench.DEFAULT_RUN_STEPS, corrected=True)
+    assert alerts.goodhart_tests == bench.DEFAULT_RUN_STEPS - RLAlertsConfig().goodhart_window + 1
+    assert bench.first_alert(alerts, bench.DEFAULT_RUN) is None
+
+
+@pytest.mark.parametrize("logging_steps, tests", [(1, 31), (2, 11), (0.25, 1)])
+def test_goodhart_alert_counts_the_tests_a_run_makes_from_the_trainers_own_state(tmp_path, logging_steps, tests):
+    """The Trainer computes the state's absolute logging interval (a fraction is of max_steps) before
+    on_train_begin; 40 steps logged every step make 31 window positions of 10."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from posttrain.rl import RLAlerts
+
+    args = TrainingArguments(output_dir=str(tmp_path), logging_steps=logging_steps, max_steps=40, report_to="none")
+    state = TrainerState(max_steps=40)
+    state.compute_steps(args, 40)
+    alerts = RLAlerts(RLAlertsConfig(goodhart_window=10), log=lambda _: None)
+    alerts.on_train_begin(args, state, TrainerControl())
+    assert alerts.goodhart_tests == tests
+
+
+def test_goodhart_alert_false_alarms_stay_at_the_runs_confidence_and_a_slow_slide_is_caught():
+    """Simulated 40-step runs (bench/goodhart_false_alarms.py, prompts' Beta a + b = 20: the dispersion
+    make run's general RL shows): with the check's true rate flat and the score rising, at most one
+    run in 20 alerts (each test at 95%: about half); with the check sliding 0.3 -> 0.05, which no
+    window of 10 steps shows as significant, at least 40% of runs alert, against the run's start."""
+    bench = _goodhart_bench()
+    counts = [n for _, _, n in bench.DEFAULT_RUN]
+    rng = random.Random(0)
+
+    def share(rate_at) -> float:
+        return sum(bench.first_alert(bench.alerts_for(40, corrected=True),
+                                     bench.simulated_run(rng, 40, rate_at, counts, concentration=20)) is not None
+                   for _ in range(150)) / 150
+
+    assert share(lambda _: 0.3) <= 0.05
+    assert share(lambda t: 0.3 - 0.25 * t) >= 0.4
+
+
+def test_goodhart_alert_fires_on_the_length_biased_reward_models_run():
+    """bench/goodhart_alert.py's real GRPO run (32 logged steps of 64 replies) on a reward model that
+    pays long, wrong replies: its score rises -4.5 -> +3.8 while the check falls 0.20 -> 0; the alert
+    fires at step 9 in the replay and fired in the run itself."""
+    bench = _goodhart_bench()
+    recorded = json.loads((Path(__file__).parents[1] / "bench/results/goodhart_alert.json").read_text())
+    arm = recorded["arms"]["length_biased"]
+    logged = [(s["raw_score"], s["independent_check"], 64) for s in arm["steps"]]
+    alerts = bench.alerts_for(len(logged), corrected=True, cfg=RLAlertsConfig(goodhart_window=8, goodhart_drop=0.05))
+    assert bench.first_alert(alerts, logged) == 9
+    assert arm["goodhart_fired"] and "to step 9:" in arm["alerts"][0]
 
 
 def test_a_weighted_reward_model_without_one_is_refused_naming_the_field(tmp_path):
