@@ -13,7 +13,10 @@ run makes (Bonferroni, what RLAlerts does from `on_train_begin`). Then logged ru
 `make run`'s own general RL (run ec6e8037, held-out open check 0.26 -> 0.56) and the length-biased
 reward model's run of `bench/goodhart_alert.py` (bench/results/goodhart_alert.json).
 
-    .venv/bin/python bench/goodhart_false_alarms.py [--runs 2000] --record bench/results/goodhart_false_alarms
+    .venv/bin/python bench/goodhart_false_alarms.py [--runs 300] [--replay trainer_state.json ...] \
+        --record bench/results/goodhart_false_alarms
+
+Writes <record>.json and the tables as <record>.table.md (goodhart_false_alarms.md quotes them).
 """
 from __future__ import annotations
 
@@ -95,7 +98,7 @@ def rates(args, steps: int, scenario: str, corrected: bool, concentration: float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--rate", type=float, default=0.3)
     parser.add_argument("--exploited-to", type=float, default=0.05)
     parser.add_argument("--lengths", default="24,40,100")
