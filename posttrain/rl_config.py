@@ -52,7 +52,7 @@ class ProblemSamplingConfig(Strict):
 
 
 class RLAlertsConfig(Strict):
-    """Health checks on every logged RL step (posttrain.rl.RLAlerts); NaN/inf loss or grad always alerts."""
+    """Health checks on every logged RL step (posttrain.rl_alerts.RLAlerts); NaN/inf loss or grad always alerts."""
 
     action: Literal["warn", "fail"] = "warn"
     kl_max: float | None = Field(None, gt=0)         # only meaningful with beta > 0
@@ -64,7 +64,7 @@ class RLAlertsConfig(Strict):
     # Goodhart: the reward model's raw score rose while the independent check of the same replies fell
     # by at least `goodhart_drop`, the latest half of `goodhart_window` logged steps against the half
     # before it and against the run's first half window; `goodhart_confidence` is the score test's and,
-    # shared out over every test of the run, the check test's (posttrain.rl.RLAlerts.goodhart)
+    # shared out over every test of the run, the check test's (posttrain.rl_alerts.RLAlerts.goodhart)
     goodhart_window: int = Field(10, ge=4)
     goodhart_drop: float = Field(0.05, gt=0, le=1)
     goodhart_confidence: float = Field(0.95, ge=0.5, lt=1)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-from posttrain.rl import EVAL_DISAGREEMENT, ProblemStats
+from posttrain.rl import ProblemStats
+from posttrain.rl_alerts import EVAL_DISAGREEMENT
 
 # What each task kind's rows were paid, per batch: `reward_by_kind/<kind>` in the training log and the
 # stage's metrics (the report card); the model-based rewards log their own (`reward_model/*`, `judge/*`).

@@ -19,7 +19,8 @@ from posttrain.live_metrics import follow
 from posttrain.reward_model import RewardModelScorer
 from posttrain.rewards.judge import build_judge
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
-from posttrain.rl import RLAlerts, StageGRPOTrainer, policy_record
+from posttrain.rl import StageGRPOTrainer, policy_record
+from posttrain.rl_alerts import RLAlerts
 from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary

@@ -17,7 +17,8 @@ from posttrain.config import ReasoningRLConfig
 from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
-from posttrain.rl import HeldOutProbe, ProblemStats, RLAlerts, StageGRPOTrainer, policy_record
+from posttrain.rl import HeldOutProbe, ProblemStats, StageGRPOTrainer, policy_record
+from posttrain.rl_alerts import RLAlerts
 from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary

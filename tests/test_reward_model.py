@@ -148,7 +148,7 @@ def test_group_normalisation_truncation_and_length_debias():
 
 
 def test_goodhart_alert_fires_when_the_score_rises_while_the_check_falls():
-    from posttrain.rl import RLAlerts
+    from posttrain.rl_alerts import RLAlerts
 
     alerts = RLAlerts(RLAlertsConfig(goodhart_window=6, goodhart_drop=0.05), log=lambda _: None)
     fired = [alerts.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.6 - 0.03 * step, CHECKED_REPLIES: 100})
@@ -162,7 +162,7 @@ def test_goodhart_alert_fires_when_the_score_rises_while_the_check_falls():
 def test_goodhart_alert_is_quiet_on_a_fall_the_few_replies_checked_explain():
     """0.41 -> 0.32 over 10 steps of 16 checked replies is noise (z 1.2, as a real general RL run on the
     world logged while its held-out check rose 0.18 -> 0.49); the same fall over 400 replies a step is not."""
-    from posttrain.rl import RLAlerts
+    from posttrain.rl_alerts import RLAlerts
 
     checks = [0.45, 0.40, 0.38, 0.42, 0.40, 0.30, 0.35, 0.31, 0.33, 0.31]
 
@@ -199,7 +199,7 @@ def test_goodhart_alert_counts_the_tests_a_run_makes_from_the_trainers_own_state
     on_train_begin; 40 steps logged every step make 31 window positions of 10."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from posttrain.rl import RLAlerts
+    from posttrain.rl_alerts import RLAlerts
 
     args = TrainingArguments(output_dir=str(tmp_path), logging_steps=logging_steps, max_steps=40, report_to="none")
     state = TrainerState(max_steps=40)

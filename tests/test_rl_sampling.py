@@ -127,7 +127,7 @@ def test_unknown_sampling_strategy_is_a_config_error_naming_the_field(tmp_path):
 
 def test_alerts_fire_once_per_kind_with_the_step_and_the_bound():
     from posttrain.config import RLAlertsConfig
-    from posttrain.rl import RLAlerts
+    from posttrain.rl_alerts import RLAlerts
 
     seen = []
     alerts = RLAlerts(RLAlertsConfig(kl_max=0.1, zero_reward_steps=2, truncation_max=0.3, uniform_groups_max=0.8),
@@ -146,7 +146,7 @@ def test_alerts_fire_once_per_kind_with_the_step_and_the_bound():
 
 def test_fail_action_and_non_finite_loss_stop_training():
     from posttrain.config import RLAlertsConfig
-    from posttrain.rl import RLAlerts, TrainingAlert
+    from posttrain.rl_alerts import RLAlerts, TrainingAlert
 
     state = type("State", (), {"global_step": 7})()
     with pytest.raises(TrainingAlert, match="loss is nan at step 7"):

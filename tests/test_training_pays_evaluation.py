@@ -18,7 +18,8 @@ from posttrain.generation import Generation, _stop_ids
 from posttrain.rewards import (TASKS, MissingTaskReward, RewardSettings, check_task_rewards, format_reward,
                                language_consistency, mode)
 from posttrain.rewards.length import make_length_reward
-from posttrain.rl import ProblemStats, RLAlerts
+from posttrain.rl import ProblemStats
+from posttrain.rl_alerts import RLAlerts
 from posttrain.rl_rewards import EvalDisagreement, stage_rewards
 from posttrain.trainers import grpo_dataset, reward_settings, stop_token_ids
 
