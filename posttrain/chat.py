@@ -21,11 +21,32 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 PAD, DOC_END, UNK = "<|pad|>", "<|endoftext|>", "<|unk|>"
 
-# ChatML with {% generation %} markers so TRL's assistant_only_loss masks everything but replies.
+# ChatML with {% generation %} markers so TRL's assistant_only_loss masks everything but replies, and
+# tool calls in Qwen3's layout: the tools listed in a system turn (by name and parameters: the world's
+# model reads characters, so the JSON schema Qwen3 lists would be hundreds of tokens a prompt), each
+# call `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` inside the assistant's turn, and
+# the tools' results `<tool_response>\n...\n</tool_response>` in one user turn after it. A
+# conversation without tools renders as plain ChatML.
 CHAT_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{ '<|im_start|>system\\nTools:' }}"
+    "{%- for tool in tools -%}{%- set f = tool.function if tool.function is defined else tool -%}"
+    "{{ ' ' + f.name + '(' + (f.parameters.properties | list | join(', ') if f.parameters is defined and f.parameters.properties is defined else '') + ')' }}"
+    "{%- endfor -%}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
-    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ message['content'] or '' }}"
+    "{%- for call in message.get('tool_calls') or [] -%}{%- set f = call.function if call.function is defined else call -%}"
+    "{{ '\\n' if (loop.first and message['content']) or not loop.first else '' }}"
+    "{{ '<tool_call>\\n{\"name\": \"' + f.name + '\", \"arguments\": ' + (f.arguments if f.arguments is string else f.arguments | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor -%}"
+    "{{ '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{%- elif message['role'] == 'tool' -%}"
+    "{{ '<|im_start|>user' if loop.first or messages[loop.index0 - 1]['role'] != 'tool' else '' }}"
+    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{{ '<|im_end|>\\n' if loop.last or messages[loop.index0 + 1]['role'] != 'tool' else '' }}"
     "{%- else -%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{%- endif -%}"

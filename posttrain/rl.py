@@ -311,6 +311,7 @@ class StageGRPOTrainer(GRPOTrainer):
                  problem_stats: ProblemStats | None = None, monitor_kl: bool = False, **kwargs):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+            warnings.filterwarnings("ignore", message="You are using 'environment_factory'")
             super().__init__(*args, rollout_func=decode_rollouts, **kwargs)
         if not self._plain_generation():
             self.rollout_func = None   # vLLM, ZeRO-3/FSDP or a history-reading processor: TRL generates

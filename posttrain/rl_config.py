@@ -23,6 +23,7 @@ class RewardWeights(Strict):
     code: float = Field(0.0, ge=0)
     reward_model: float = Field(0.0, ge=0)   # open-ended rows: the reward model's score (stages.reward_model)
     judge: float = Field(0.0, ge=0)          # open-ended rows with a reference answer: the judge's verdict
+    tool: float = Field(0.0, ge=0)           # tool-use episodes: the environment's final state and the reply
 
     @model_validator(mode="after")
     def _something_to_learn(self):

@@ -221,15 +221,17 @@ def summary(log: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def grpo_dataset(tokenizer, chat, rows: list[dict]):
+def grpo_dataset(tokenizer, chat, rows: list[dict], *, tools: bool = False):
     """Prompt rows as GRPOTrainer takes them: the prompt rendered once here (with the row's mode
     switch, the way the model family reads it), the reply's pre-filled part beside it (`prefill`,
-    put back in front by `posttrain.rewards.on_whole_replies`), and every column a reward reads."""
+    put back in front by `posttrain.rewards.on_whole_replies`), and every column a reward reads.
+    With `tools` (a stage with tool rows), prompts stay conversations with the switch applied, since
+    TRL renders each with its environment's tools, and `environment` / `setup` pick and reset it."""
     import json
 
     from datasets import Dataset
 
-    from posttrain.chat import render_prompt, rendered_mode
+    from posttrain.chat import render_prompt, rendered_mode, with_switch
     from posttrain.rewards import task_json
 
     out = []
@@ -240,7 +242,17 @@ def grpo_dataset(tokenizer, chat, rows: list[dict]):
             raise ValueError(f"row {i} asks for no thinking (thinking: false), but base.chat.thinking_switch is "
                              f"{chat.thinking_switch!r}: its prompt cannot tell the model; set a thinking_switch the "
                              "chat template honours, or drop the row's `thinking`")
-        out.append({"prompt": prompt, "prefill": prefill, "kind": row["kind"], "answer": row.get("answer", ""),
+        extra = {}
+        if tools:
+            if chat.thinking_switch == "template_kwarg" and row.get("thinking") is not None:
+                raise ValueError(f"row {i} sets thinking: {row['thinking']} in a stage with tool rows, where TRL renders "
+                                 "every prompt with one set of chat template arguments: under thinking_switch "
+                                 "'template_kwarg' a row's own mode cannot reach the model; drop the row's `thinking` "
+                                 "or use the 'suffix' switch (Qwen3's /think and /no_think)")
+            prompt = with_switch(row["prompt"], chat, row.get("thinking"))
+            extra = {"environment": row.get("environment") if row["kind"] == "tool" else None,
+                     "setup": json.dumps(row.get("setup") or {}, ensure_ascii=False)}
+        out.append({"prompt": prompt, "prefill": prefill, **extra, "kind": row["kind"], "answer": row.get("answer", ""),
                     "constraints": json.dumps(row["constraints"], ensure_ascii=False) if "constraints" in row else "",
                     "tests": json.dumps(row["tests"]) if "tests" in row else "",
                     "language": row.get("language", "en"), "thinking": mode, "task": task_json(row),

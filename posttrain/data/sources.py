@@ -37,6 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from posttrain.agents.episodes import tool_fields
 from posttrain.data import code_tests as test_forms
 from posttrain.data import transforms
 from posttrain.chat import THINK_OPEN, assemble_response
@@ -442,6 +443,8 @@ def _task_fields(kind: str, row: dict, where: str, source: SourceConfig) -> dict
         from posttrain.rewards.ifeval_forms import ifeval_field   # IFEval's ids, for its own four accuracies
 
         return {"constraints": _constraints(row, where), **ifeval_field(row), **({"answer": str(reference)} if reference else {})}
+    if kind == "tool":
+        return tool_fields(row, lambda problem: DatasetError(f"{where}: {problem}"))
     return {"tests": _code_tests(row.get("tests"), where, source)}
 
 

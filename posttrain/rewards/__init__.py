@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from posttrain.chat import ChatConfig, parse_response, to_canonical
+from posttrain.chat import THINK_CLOSE, THINK_OPEN, ChatConfig, parse_response, to_canonical
 from posttrain.rewards.format import FORMAT_VERSION, format_ok, mode_ok, substantive
 from posttrain.rewards.code_judge import extract_code, run_tests, tests_of
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION
@@ -30,15 +30,27 @@ from posttrain.rewards.language import LANGUAGE_VERSION, language_share
 from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward
 from posttrain.rewards.math import MATH_VERIFIER_VERSION, verify_math
 
+from posttrain.agents.environments import ENVIRONMENTS
+from posttrain.agents.episodes import TOOL_VERSION, render_transcript
+
 RewardFn = Callable[..., list[float | None]]
+# the tool kind's verdict and the built-in environments it replays episodes in
+TOOL_KIND_VERSION = "+".join([TOOL_VERSION, *(cls.version for _, cls in sorted(ENVIRONMENTS.items()))])
 DIRECT_VERSION = "direct/2"   # direct_match
 OPEN_VERSION = "open/1"       # the independent check of an open-ended row: its constraints and answer
 TASK_REWARD_VERSION = "task/1"   # verify_row as a training reward: truncated replies score 0
 
 
 def completion_text(completion) -> str:
-    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
-        return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
+    """The whole reply as text. A conversational completion is TRL's parsed messages: one assistant
+    message (its `reasoning_content` put back in its think block, where the chat template's response
+    parser took it out), or a tool-use episode, written as its canonical transcript."""
+    if isinstance(completion, list):
+        messages = [m for m in completion if isinstance(m, dict)]
+        if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+            return render_transcript(messages)
+        return "".join((f"{THINK_OPEN}\n{m['reasoning_content']}\n{THINK_CLOSE}\n\n" if m.get("reasoning_content") else "")
+                       + (m.get("content") or "") for m in messages)
     return completion if isinstance(completion, str) else ""
 
 
@@ -143,7 +155,7 @@ def language_consistency(completions, language, questions: list | None = None, *
 
 # The fields of a data row that a task's verdict reads: a GRPO row carries them as one JSON column
 # (`task`), so training judges the very row evaluation judges.
-TASK_FIELDS = ("kind", "answer", "constraints", "tests", "prompt")
+TASK_FIELDS = ("kind", "answer", "constraints", "tests", "prompt", "environment", "setup", "expected_state", "answer_kind")
 
 
 @dataclass(frozen=True)
@@ -206,12 +218,24 @@ def _verify_open(response: str, row: dict) -> tuple[float, str]:
     return _verify_instruction(response, row)
 
 
+def _verify_tool(response: str, row: dict) -> tuple[float, str]:
+    """A tool-use episode (its canonical transcript, posttrain.agents.episodes): its calls replayed
+    in a fresh environment, then the environment's final state and the final reply checked; the
+    reply is judged as a row of the row's `answer_kind` (`direct` by default)."""
+    from posttrain.agents.episodes import episode_of_transcript, judge_episode
+
+    if row.get("answer_kind", "direct") in ("tool", "open"):
+        return 0.0, "bad_answer_kind"
+    return judge_episode(row, episode_of_transcript(response, row), verify_row)
+
+
 TASKS: dict[str, TaskKind] = {
     "math": TaskKind(_verify_math, MATH_VERIFIER_VERSION, reward="correctness"),
     "direct": TaskKind(_verify_direct, DIRECT_VERSION, reward="correctness"),
     "instruction": TaskKind(_verify_instruction, INSTRUCTION_VERSION, reward="instruction"),
     "code": TaskKind(_verify_code, SANDBOX_VERSION, reward="code"),
     "open": TaskKind(_verify_open, f"{OPEN_VERSION}+{INSTRUCTION_VERSION}", reward="reward_model", also=("judge",)),
+    "tool": TaskKind(_verify_tool, TOOL_KIND_VERSION, reward="tool"),
 }
 TASK_KINDS: tuple[str, ...] = tuple(TASKS)
 
