@@ -118,6 +118,8 @@ class EvalSuiteConfig(Strict):
     def _sources_take_the_suite_kind(self) -> "EvalSuiteConfig":
         """A source without `kind:` holds rows of the suite's kind (a row's own `kind` column still wins)."""
         self.sources = [s if s.kind else s.model_copy(update={"kind": self.kind}) for s in self.sources]
+        if self.kind == "tool" and self.sampling.samples > 1:
+            raise ValueError("a tool suite is evaluated greedily, one episode per row: sampling.samples must be 1")
         return self
 
     def expanded(self) -> list["EvalSuiteConfig"]:

@@ -15,7 +15,7 @@ from posttrain.chat import parse_response
 from posttrain.config import EvalSuiteConfig, PipelineConfig
 from posttrain.data.files import read_jsonl
 from posttrain.generation import Generation, generate_replies, load_generator, release
-from posttrain.metrics import IFEVAL_ACCURACIES, PER_LANGUAGE, suite_metrics
+from posttrain.metrics import FAILED, IFEVAL_ACCURACIES, PER_LANGUAGE, suite_metrics
 from posttrain.rewards import prompt_text, verify_row
 from posttrain.rewards.format import format_ok, mode_ok, substantive
 from posttrain.rewards.ifeval_reference import ifeval_scores
@@ -85,8 +85,11 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
         for g, s in zip(gens, scores):
             lengths["len_correct" if s == 1 else "len_wrong"].append(g.num_tokens)
         by_language.setdefault(row.get("language", "en"), []).append(items["accuracy"][-1])
+    if suite.kind == "tool":
+        tool_metrics(rows, generations, items)
     per_item = {name: values for name, values in items.items() if name in wanted}
     metrics = {name: _mean(values) for name, values in per_item.items()}
+    metrics.update({name: _mean(values) for name, values in items.items() if name.startswith(FAILED)})
     if "guard_overrides" in wanted:
         metrics["guard_overrides"] = _mean(overrides)
     if rows and all("ifeval" in row for row in rows) and set(IFEVAL_ACCURACIES.values()) <= wanted:
@@ -101,6 +104,23 @@ def score_suite(suite: EvalSuiteConfig, rows: list[dict], generations: list[list
         metrics.update({f"{PER_LANGUAGE}{lang}": _mean(v) for lang, v in sorted(by_language.items())})
     prefix = f"{suite.name}/"
     return ({prefix + k: v for k, v in metrics.items()}, {prefix + k: v for k, v in per_item.items()})
+
+
+def tool_metrics(rows: list[dict], generations: list[list[Generation]], items: dict[str, list[float]]) -> None:
+    """A tool suite's calls per episode, share of calls answered with an error, and the share of
+    episodes that failed for each reason (the verdict's: wrong_state, forged_turn, call_budget, ...)."""
+    from posttrain.agents.episodes import episode_of_transcript
+
+    calls, errors, reasons = [], [], []
+    for row, gens in zip(rows, generations):
+        episodes = [episode_of_transcript(g.text, row) for g in gens]
+        calls.append(_mean([float(len(e.calls)) for e in episodes]))
+        errors.append(_mean([_mean([float(c["error"] is not None) for c in e.calls]) for e in episodes if e.calls]))
+        reasons.append([reason for g in gens if (reason := verify_row(g.text, row, truncated=g.truncated)[1]) != "solved"])
+    items["tool_calls"], items["tool_errors"] = calls, errors
+    for reason in sorted({r.split(":", 1)[0] for found in reasons for r in found}):
+        items[FAILED + reason] = [_mean([float(r.split(":", 1)[0] == reason) for r in found]) if found else 0.0
+                                  for found in reasons]
 
 
 def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, suites: dict[str, DatasetRef] | None = None,
@@ -163,7 +183,13 @@ def suite_generations(model, tokenizer, cfg: PipelineConfig, rows: dict[str, lis
     # Greedy suites share one generation call (length-sorted batches across suites); sampled
     # suites draw their k samples each.
     generations: dict[str, list[list[Generation]]] = {}
-    greedy = [s for s in configs if s.sampling.samples == 1]
+    tool = [s for s in configs if s.kind == "tool"]
+    for s in tool:
+        from posttrain.agents.rollouts import run_episodes
+
+        generations[s.name] = run_episodes(model, tokenizer, settings.chat, [(r, row_mode(s, r)) for r in rows[s.name]],
+                                           desc=f"{desc} ({s.name})", **options)
+    greedy = [s for s in configs if s.sampling.samples == 1 and s.kind != "tool"]
     requests = [(r["prompt"], row_mode(s, r)) for s in greedy for r in rows[s.name]]
     outputs = generate_replies(model, tokenizer, settings.chat, requests, desc=desc, **options) if requests else []
     start = 0
@@ -171,7 +197,7 @@ def suite_generations(model, tokenizer, cfg: PipelineConfig, rows: dict[str, lis
         generations[s.name] = outputs[start:start + len(rows[s.name])]
         start += len(rows[s.name])
     for s in configs:
-        if s.sampling.samples > 1:
+        if s.sampling.samples > 1 and s.kind != "tool":
             generations[s.name] = generate_replies(
                 model, tokenizer, settings.chat, [(r["prompt"], row_mode(s, r)) for r in rows[s.name]],
                 do_sample=True, temperature=s.sampling.temperature, top_p=s.sampling.top_p,

@@ -16,7 +16,7 @@ class Metric:
     label: str
     higher_is_better: bool | None  # None: descriptive only (lengths), never gated
     paired: bool                   # has one value per suite item, so two checkpoints compare item by item
-    kinds: tuple[str, ...] = ("math", "instruction", "code", "direct", "open")
+    kinds: tuple[str, ...] = ("math", "instruction", "code", "direct", "open", "tool")
     modes: tuple[str, ...] = ("think", "no_think", "row")
 
 
@@ -41,11 +41,15 @@ METRICS: tuple[Metric, ...] = (
              kinds=("instruction",)) for (level, reading), name in IFEVAL_ACCURACIES.items()),
     Metric("reward_model", "the reward model's mean raw score (what training pays; never gated)", None, False,
            kinds=("open",)),
+    # tool-use episodes: what the agent did (descriptive), and why episodes failed (`failed_<reason>`)
+    Metric("tool_calls", "tool calls per episode", None, False, kinds=("tool",)),
+    Metric("tool_errors", "share of tool calls answered with an error", None, False, kinds=("tool",)),
     Metric("len_correct", "tokens, correct answers", None, False, kinds=("math",)),
     Metric("len_wrong", "tokens, wrong answers", None, False, kinds=("math",)),
 )
 BY_NAME = {m.name: m for m in METRICS}
 PER_LANGUAGE = "accuracy_"   # accuracy_<language>: accuracy on that language's items
+FAILED = "failed_"           # failed_<reason>: the share of a tool suite's episodes that failed for that reason
 
 
 def suite_metrics(kind: str, mode: str) -> list[Metric]:
@@ -57,6 +61,8 @@ def lookup(full_name: str) -> Metric | None:
     _, _, name = full_name.rpartition("/")
     if name.startswith(PER_LANGUAGE):
         return Metric(name, f"accuracy, {name.removeprefix(PER_LANGUAGE)}", True, False)
+    if name.startswith(FAILED):
+        return Metric(name, f"episodes failed: {name.removeprefix(FAILED)}", None, False, kinds=("tool",))
     return BY_NAME.get(name)
 
 

@@ -68,7 +68,9 @@ class EvalDisagreement:
         return verify_row(text, json.loads(task), truncated=truncated)[0]
 
     def rate(self, scores: list, task: list[str], completion_ids, prefill) -> float | None:
-        scored = [i for i, s in enumerate(scores) if s is not None]
+        # A tool episode has no single decode: its verdict replays the episode's calls in the environment,
+        # from the transcript evaluation renders the same way (posttrain.rewards.completion_text).
+        scored = [i for i, s in enumerate(scores) if s is not None and json.loads(task[i]).get("kind") != "tool"]
         if not scored or completion_ids is None:
             return None
         step = max(1, len(scored) // self.sample)

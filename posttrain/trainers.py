@@ -169,6 +169,8 @@ def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weight
     TRL's order, resume through the Trainer's data skip)."""
     from trl import GRPOConfig
 
+    from posttrain.agents.environments import Budget
+
     rollouts = {k: v for k, v in (("steps_per_generation", cfg.steps_per_generation),
                                   ("generation_batch_size", cfg.generation_batch_size)) if v is not None}
     if cfg.use_vllm:
@@ -190,6 +192,8 @@ def grpo_args(cfg: GRPOTrainerConfig, output_dir: Path, seed: int, reward_weight
         # reloads the RNG state of the checkpoint. TRL's order replays them to skip them; our problem
         # sampler yields stand-ins that draw nothing, then the batches it had drawn ahead of training.
         ignore_data_skip=False,
+        # TRL's tool loop: at most one model turn per call the episode's budget allows
+        max_tool_calling_iterations=Budget().max_calls,
     )
 
 

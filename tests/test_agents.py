@@ -205,27 +205,61 @@ def _memorised_agent(tokenizer, text: str, steps: int = 300):
     return model.eval()
 
 
-def test_an_episode_runs_through_grpo_with_the_tool_turns_masked_out_of_the_loss(tokenizer, tmp_path):
+TRAINED_ROW = {**ROW, "prompt": [{"role": "user", "content": "c = a + b"}]}
+
+
+@pytest.fixture(scope="module")
+def agent(tokenizer):
+    """(tokenizer with the tool parser, model that learnt to solve TRAINED_ROW with one call)."""
+    import copy
+
+    from posttrain.agents.training import enable_tool_parsing
+
+    tokenizer = copy.deepcopy(tokenizer)   # the session's tokenizer gets no response parser
+    solved = episode([call("set", key="c", value="42")], "42")
+    tools = [episode_class("kv_store").get, episode_class("kv_store").set]
+    prompt = tokenizer.apply_chat_template(TRAINED_ROW["prompt"], tools=tools, tokenize=False, add_generation_prompt=True)
+    model = _memorised_agent(tokenizer, prompt + render_transcript(solved))
+    enable_tool_parsing(tokenizer, "the test model")
+    return tokenizer, model
+
+
+def test_evaluation_runs_the_episode_and_scores_it_as_training_does(agent):
+    """The held-out loop (posttrain.agents.rollouts) calls the tool, gets the store's answer, and the
+    suite reports accuracy, calls per episode and why episodes failed."""
+    from posttrain.agents.rollouts import run_episodes
+    from posttrain.chat import DEFAULT_CHAT
+    from posttrain.config import EvalSuiteConfig
+    from posttrain.evaluation import score_suite
+
+    tokenizer, model = agent
+    other = {**TRAINED_ROW, "expected_state": {"items": {"a": "17", "b": "25", "c": "43"}}}
+    gens = run_episodes(model, tokenizer, DEFAULT_CHAT, [(TRAINED_ROW, None), (other, None)], max_new_tokens=200, batch_size=4)
+    assert parse_transcript(gens[0][0].text)[1].text == "user\n<tool_response>\nok\n</tool_response>".split("\n", 1)[1]
+    suite = EvalSuiteConfig(name="tools", kind="tool", mode="row", sources=[{"path": "x.jsonl"}])
+    metrics, per_item = score_suite(suite, [TRAINED_ROW, other], gens)
+    assert per_item["tools/accuracy"] == [1.0, 0.0]
+    assert metrics["tools/tool_calls"] == 1.0 and metrics["tools/tool_errors"] == 0.0
+    assert metrics["tools/failed_wrong_state"] == 0.5
+    # cut at the token budget: truncated, failed for that reason
+    cut = run_episodes(model, tokenizer, DEFAULT_CHAT, [(TRAINED_ROW, None)], max_new_tokens=30, batch_size=4)
+    assert cut[0][0].truncated and verify_row(cut[0][0].text, TRAINED_ROW, truncated=True) == (0.0, "truncated")
+
+
+def test_an_episode_runs_through_grpo_with_the_tool_turns_masked_out_of_the_loss(agent, tmp_path):
     """TRL's own tool loop (environment_factory) runs the episode on the row's environment; the
     tool turn's tokens, exactly, get tool_mask 0; the reward judges the episode's transcript."""
-    from posttrain.agents.training import enable_tool_parsing, environment_factories
+    from posttrain.agents.training import environment_factories
     from posttrain.chat import DEFAULT_CHAT
     from posttrain.config import GRPOTrainerConfig
     from posttrain.rewards import RewardSettings, make_task_reward
     from posttrain.rl import StageGRPOTrainer
     from posttrain.trainers import grpo_args, grpo_dataset, stop_token_ids
 
-    row = {**ROW, "prompt": [{"role": "user", "content": "c = a + b"}],
-           "expected_state": {"items": {"a": "17", "b": "25", "c": "42"}}}
-    solved = episode([call("set", key="c", value="42")], "42")
     import copy
 
-    tokenizer = copy.deepcopy(tokenizer)   # the session's tokenizer gets no response parser
-    tools = [episode_class("kv_store").get, episode_class("kv_store").set]
-    prompt = tokenizer.apply_chat_template(row["prompt"], tools=tools, tokenize=False, add_generation_prompt=True)
-    model = _memorised_agent(tokenizer, prompt + render_transcript(solved))
-
-    enable_tool_parsing(tokenizer, "the test model")
+    row = TRAINED_ROW
+    tokenizer, model = agent[0], copy.deepcopy(agent[1])
     cfg = GRPOTrainerConfig(max_steps=1, prompts_per_step=2, num_generations=2, max_completion_length=200,
                             temperature=0.05)
     args = grpo_args(cfg, tmp_path, 0, [1.0])

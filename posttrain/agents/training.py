@@ -56,3 +56,52 @@ def enable_tool_parsing(tokenizer, where: str) -> None:
         raise ValueError(f"{where}: no parser for its tool calls: the tokenizer has no response_template and TRL "
                          "knows no parser for its chat template; save one with the tokenizer "
                          "(transformers' response parsing)") from None
+
+
+class TrajectoryLog:
+    """Every tool episode a stage's reward judges, one JSON line each: the training step, the row, the
+    canonical transcript, the environment's own record (its version, every call with its result,
+    its final state) and what the episode was paid. The stage tracks the file as a dataset of the
+    run (DVC); `posttrain replay` re-runs its episodes against the environment."""
+
+    def __init__(self, path):
+        from pathlib import Path
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.episodes = 0
+
+    def start(self, resumed_step: int | None) -> None:
+        """A fresh log, or on a resume the episodes of the steps the checkpoint holds (a step after it
+        is generated again, so its earlier episodes are dropped)."""
+        import json
+
+        kept = []
+        if resumed_step is not None and self.path.is_file():
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and (json.loads(line).get("step") or 0) < resumed_step]
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        self.episodes = len(kept)
+
+    def watch(self, reward):
+        """`reward` (the tool reward as TRL calls it) with each tool episode it scores written down."""
+        import json
+
+        from posttrain.rewards import completion_text
+
+        def recorded(completions, environments=None, task=None, trainer_state=None, **kwargs):
+            scores = reward(completions, environments=environments, task=task, trainer_state=trainer_state, **kwargs)
+            with self.path.open("a", encoding="utf-8") as out:
+                for i, score in enumerate(scores):
+                    session = environments[i] if environments else None
+                    if score is None or session is None or not hasattr(session, "_record"):
+                        continue
+                    row = json.loads(task[i]) if task is not None else {}
+                    out.write(json.dumps({"step": getattr(trainer_state, "global_step", None), "row": row,
+                                          "transcript": completion_text(completions[i]),
+                                          "episode": session._record(), "score": score}, ensure_ascii=False) + "\n")
+                    self.episodes += 1
+            return scores
+
+        recorded.__name__ = reward.__name__
+        return recorded
