@@ -1,5 +1,5 @@
-"""`posttrain` command line: run the pipeline, build the world, verify answers; operations: status,
-promote, rollback, history, lineage, evaluate, resume."""
+"""`posttrain` command line: run the pipeline, build the world, verify answers, replay recorded
+tool-use episodes; operations: status, promote, rollback, history, lineage, evaluate, resume."""
 from __future__ import annotations
 
 import argparse
@@ -97,7 +97,7 @@ def _cmd_verify(args) -> int:
     else:
         check = verify_cli.CHECKS[args.kind]
         stream = lambda inp, out: verify_cli.verify_lines(inp, out, check)  # noqa: E731
-    if args.kind == "code":
+    if args.kind in ("code", "tool"):   # the python environment runs the episode's programs
         from posttrain.rewards.code_sandbox import SandboxUnavailable, require_isolation, sandbox_info
 
         try:
@@ -121,6 +121,37 @@ def _cmd_verify(args) -> int:
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0
+
+
+def _cmd_replay(args) -> int:
+    """Re-run recorded episodes' calls against their environments as they are now; exit 1 when an
+    episode does not reach its recorded results and state (a changed environment version is named)."""
+    import json
+
+    from posttrain.agents.episodes import replay_record
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectories file {path}")
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    chosen = lines if args.index is None else lines[args.index:args.index + 1]
+    if not chosen:
+        raise CLIError(f"{path} has {len(lines)} episodes; --index {args.index} is not one of them")
+    differing = 0
+    for n, line in chosen:
+        try:
+            record = json.loads(line)
+            outcome = replay_record(record)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CLIError(f"{path} line {n} is not a recorded episode: {type(exc).__name__}: {exc}") from None
+        differing += not outcome.matches
+        episode = record["episode"]
+        print(f"line {n}: {episode.get('environment')} {outcome.current_version}, {len(episode['calls'])} calls: "
+              + ("reaches the recorded state" if outcome.matches else "DIFFERS"))
+        for difference in outcome.differences:
+            print(f"  {difference}")
+    print(f"{len(chosen) - differing} of {len(chosen)} episodes replay to their recorded state")
+    return 1 if differing else 0
 
 
 # ------------------------------------------------------------------------------ operations
@@ -459,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(reward, reason, and what the kind can explain). Each line holds \"response\" "
                     "(the whole reply) and what the kind needs: math: \"answer\"; instruction: "
                     "\"constraints\" (or IFEval's \"instruction_id_list\" + \"kwargs\"), optional "
-                    "\"answer\"; code: \"tests\"; format: \"thinking\" (true/false); language: "
+                    "\"answer\"; code: \"tests\"; tool: the episode's transcript as \"response\" (or its "
+                    "\"messages\"), \"environment\", \"setup\", \"expected_state\" and/or \"answer\"; format: \"thinking\" (true/false); language: "
                     "\"language\" (en/zh). A line that is not UTF-8 JSON or lacks a field gets reason "
                     "bad_input naming it. Exit status: 0 all lines judged, 1 some were bad input (counts "
                     "on stderr), 2 code without OS isolation.")
@@ -468,6 +500,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="code: run the responses' programs even where no OS isolation (bubblewrap, "
                              "namespaces) is available; they can then read, write and reach what you can")
     verify.set_defaults(func=_cmd_verify)
+
+    replay = sub.add_parser("replay", help="re-run recorded tool-use episodes against their environments",
+                            description="Re-run the calls of episodes a stage recorded (its trajectories "
+                                        "JSONL) against the environments as they are now, and say whether "
+                                        "each reaches the recorded results and final state; a changed "
+                                        "environment version is reported. Exit 1 when one differs.")
+    replay.add_argument("file", help="a trajectories file, e.g. runs/<run>/general_rl_trajectories.jsonl")
+    replay.add_argument("--index", type=int, help="replay only the episode at this position (0-based)")
+    replay.set_defaults(func=_cmd_replay)
 
     default_config = str(PROJECT_ROOT / "configs" / "default.yaml")
 

@@ -23,6 +23,9 @@ GARBAGE = [b"\xff\xfe\x00 garbage \x80\xc3", b"\x00\x01\x02 binary \x80", b"[" *
 
 CODE_OK = "```python\nprint(int(input()) * 2)\n```"
 DOUBLES = [{"input": "3", "output": "6"}]
+# A tool-use episode in its canonical text (posttrain.agents.episodes): one call, its result, the reply.
+TRANSCRIPT = ('<tool_call>\n{"name": "get", "arguments": {"key": "a"}}\n</tool_call><|im_end|>\n<|im_start|>user\n'
+              '<tool_response>\n17\n</tool_response><|im_end|>\n<|im_start|>assistant\n17<|im_end|>')
 
 # Per kind: (a good line, its expected reason), a line whose response holds a JSON-escaped lone
 # surrogate (judged, not a crash), the line without the field the kind needs (the field's name),
@@ -48,6 +51,9 @@ CASES = {
                  b'{"response": "<think>\\ud83d add numbers</think>5", "language": "en"}',
                  {"response": "<think>add the two numbers</think>5"}, "language",
                  {"response": "<think>add</think>5", "language": "fr"}),
+    "tool": ({"response": TRANSCRIPT, "environment": "kv_store", "setup": {"items": {"a": "17"}}, "answer": "17"}, "solved",
+             b'{"response": "\\ud800 17<|im_end|>", "environment": "kv_store", "answer": "17"}',
+             {"response": TRANSCRIPT, "answer": "17"}, "environment", {"response": TRANSCRIPT, "environment": 5}),
 }
 
 
@@ -72,14 +78,14 @@ def _line(obj: dict) -> bytes:
 
 
 def test_every_reward_kind_has_a_case():
-    assert set(CASES) == set(KINDS) == {"math", "instruction", "code", "format", "language"}
+    assert set(CASES) == set(KINDS) == {"math", "instruction", "code", "format", "language", "tool"}
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_each_kind_survives_any_bytes_and_names_the_missing_field(kind):
     good, good_reason, surrogate, missing, missing_field, wrong_type = CASES[kind]
     lines = [_line(good), *GARBAGE, surrogate, _line(missing), _line(wrong_type), b"", _line(good)]
-    args = _code_args() if kind == "code" else []
+    args = _code_args() if kind in ("code", "tool") else []
     # strict ASCII stdio, as under LC_ALL=C: the output must still be UTF-8 and nothing may crash
     r = _verify(kind, b"\n".join(lines) + b"\n", *args, PYTHONIOENCODING="ascii:strict", LC_ALL="C", PYTHONUTF8="0")
     recs = _records(r.stdout)
@@ -103,12 +109,12 @@ def test_each_kind_survives_any_bytes_and_names_the_missing_field(kind):
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_each_kind_exits_zero_when_every_line_is_judged(kind):
     good = CASES[kind][0]
-    r = _verify(kind, _line(good) + b"\n\n" + _line(good) + b"\n", *(_code_args() if kind == "code" else []))
+    r = _verify(kind, _line(good) + b"\n\n" + _line(good) + b"\n", *(_code_args() if kind in ("code", "tool") else []))
     recs = _records(r.stdout)
     assert r.returncode == 0, r.stderr
     assert [x["reason"] for x in recs] == [CASES[kind][1]] * 2
     stderr = r.stderr.decode()
-    assert stderr == "" if kind != "code" else stderr.count("sandbox mode: ") == 1  # once, not per line
+    assert stderr == "" if kind not in ("code", "tool") else stderr.count("sandbox mode: ") == 1  # once, not per line
 
 
 def test_instruction_verdicts_explain_the_score():

@@ -19,6 +19,10 @@ What each kind reads, besides "response" (the whole reply, think block included)
                                                      -> code_judge.extract_code + run_tests
   format       "thinking" (true / false)             -> format.format_ok and format.mode_ok
   language     "language" ("en" / "zh")              -> language.language_share of the reasoning
+  tool         "response" is the episode's transcript (posttrain.agents.episodes' canonical text) or
+               "messages" its chat messages; "environment", optional "setup", "expected_state",
+               "answer", "answer_kind"       -> rewards.verify_row: the calls replayed, state and
+                                                reply checked, with the replayed calls and state
 
 Reward modules are imported by the kind that needs them, so this module stays cheap to import.
 """
@@ -279,11 +283,30 @@ def check_math(obj: dict) -> dict:
     return {"reward": reward, "reason": reason, "answer": extract_final_answer(response)[0]}
 
 
+def check_tool(obj: dict) -> dict:
+    from posttrain.agents.episodes import episode_of_transcript, render_transcript, tool_fields
+    from posttrain.rewards import verify_row
+
+    if "response" not in obj and isinstance(obj.get("messages"), list):
+        messages = [m for m in obj["messages"] if isinstance(m, dict)]
+        response = render_transcript([m for m in messages if m.get("role") in ("assistant", "tool")])
+    else:
+        response = field(obj, "response", str, "the episode's transcript (or give \"messages\")")
+    field(obj, "environment", str, "the environment's name (built-in or module:Class)")
+    row = {"kind": "tool", **tool_fields(obj, BadInput)}   # a row its environment refuses is bad input
+    reward, reason = verify_row(response, row)
+    episode = episode_of_transcript(response, row)
+    return {"reward": reward, "reason": reason, "version": episode.version, "reply": episode.reply,
+            "calls": [{k: c[k] for k in ("tool", "arguments", "result")} for c in episode.calls],
+            "state": episode.state}
+
+
 CHECKS: dict[str, Check] = {
     "math": check_math,
     "instruction": check_instruction,
     "code": check_code,
     "format": check_format,
     "language": check_language,
+    "tool": check_tool,
 }
 KINDS = tuple(CHECKS)
