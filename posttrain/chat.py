@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 PAD, DOC_END, UNK = "<|pad|>", "<|endoftext|>", "<|unk|>"
+TOOL_MARKERS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 # ChatML with {% generation %} markers so TRL's assistant_only_loss masks everything but replies, and
 # tool calls in Qwen3's layout: the tools listed in a system turn (by name and parameters: the world's
@@ -128,9 +129,12 @@ def rendered_mode(tokenizer, chat: ChatConfig, turns: list[dict], thinking: bool
     return True if plain == think else False if plain == no_think else None
 
 
-def sft_example(tokenizer, chat: ChatConfig, messages: list[dict], thinking: bool | None) -> dict:
+def sft_example(tokenizer, chat: ChatConfig, messages: list[dict], thinking: bool | None, tools: list | None = None) -> dict:
     """Token ids of one conversation and its completion mask (1 on the final assistant reply and its
-    end-of-turn marker, 0 elsewhere), for any chat template: no `{% generation %}` markers needed."""
+    end-of-turn marker, 0 elsewhere), for any chat template: no `{% generation %}` markers needed.
+    A tool-use trajectory (tool calls, tool turns, `tools` shown) trains on every assistant turn."""
+    if tools or any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+        return _trajectory_example(tokenizer, chat, messages, thinking, tools)
     *history, reply = messages
     reply = {"role": "assistant", "content": from_canonical(reply["content"], chat)}
     prompt, prefill = render_prompt(tokenizer, chat, history, thinking)
@@ -148,6 +152,33 @@ def sft_example(tokenizer, chat: ChatConfig, messages: list[dict], thinking: boo
     completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
     return {"input_ids": prompt_ids + completion_ids,
             "completion_mask": [0] * len(prompt_ids) + [1] * len(completion_ids)}
+
+
+def _trajectory_example(tokenizer, chat: ChatConfig, messages: list[dict], thinking: bool | None, tools) -> dict:
+    """Every assistant turn (its text, calls and end-of-turn marker) trained; the prompt and the tool
+    turns masked. Tokenized piece by piece as TRL's tool loop builds an episode: a turn as generated,
+    then the tool turn's tokens appended, so the training tokens are the rollout's."""
+    conversation = [{**m, "content": from_canonical(m["content"], chat)} if m["role"] == "assistant" else m
+                    for m in with_switch(messages, chat, thinking)]
+    kwargs = {"tools": tools or None, **_template_kwargs(chat, thinking)}
+    ids: list[int] = []
+    mask: list[int] = []
+    done = ""
+    for j, message in enumerate(conversation):
+        if message["role"] != "assistant":
+            continue
+        prompt = tokenizer.apply_chat_template(conversation[:j], tokenize=False, add_generation_prompt=True, **kwargs)
+        full = tokenizer.apply_chat_template(conversation[:j + 1], tokenize=False, **kwargs)
+        if not prompt.startswith(done) or not full.startswith(prompt):
+            raise ValueError("the chat template does not render a tool conversation turn by turn (a later turn "
+                             "changes an earlier one's text), so its assistant turns cannot be masked")
+        reply = full[len(prompt):].rstrip("\n")
+        context_ids = tokenizer(prompt[len(done):], add_special_tokens=False)["input_ids"]
+        reply_ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
+        ids += context_ids + reply_ids
+        mask += [0] * len(context_ids) + [1] * len(reply_ids)
+        done = prompt + reply
+    return {"input_ids": ids, "completion_mask": mask}
 
 
 def to_canonical(text: str, chat: ChatConfig) -> str:

@@ -19,11 +19,9 @@ from posttrain.stage import Stage
 from posttrain.data.decontamination import DecontaminationConfig
 from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
-from posttrain.trainer_config import PLACEMENT, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
-from posttrain.trainer_config import GenerationEngine
+from posttrain.trainer_config import PLACEMENT, GenerationEngine, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
 from posttrain.gate_config import GateConfig, GatesConfig, GateTarget, RegressionCheck  # noqa: F401 (re-exported)
 from posttrain.rl_config import JudgeConfig, ProblemSamplingConfig, RewardSettings, RewardWeights, RLAlertsConfig  # noqa: F401 (re-exported)
-
 
 
 class Strict(BaseModel):
@@ -111,6 +109,7 @@ class EvalSuiteConfig(Strict):
     mode: Literal["think", "no_think", "both", "row"] = "think"
     sources: list[SourceConfig]
     sampling: EvalSampling = EvalSampling()
+    max_new_tokens: int | None = Field(None, ge=1)   # default evaluation.max_new_tokens; a tool episode's whole budget
 
     _one_or_many = field_validator("sources", mode="before")(lambda cls, v: _as_list(v))
 

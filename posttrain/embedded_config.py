@@ -74,4 +74,8 @@ class WorldConfig(BaseModel):
     # preference pairs, general RL's and distillation's prompts; and its held-out suite.
     open_train: int = Field(3000, ge=20)
     eval_open: int = Field(100, ge=10)
+    # Tool use (posttrain.world.tool_tasks): one pool split into demonstrations for the cold start
+    # and fusion and general RL's prompts; and its held-out suite (with and without the tools).
+    tool_train: int = Field(1200, ge=20)
+    eval_tool: int = Field(150, ge=9)
 

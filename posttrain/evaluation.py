@@ -178,30 +178,36 @@ def suite_generations(model, tokenizer, cfg: PipelineConfig, rows: dict[str, lis
     """The replies to every suite's rows, drawn as the suite says (what score_suite scores)."""
     settings = cfg.base.settings()
     configs = cfg.data.suites()
-    options = dict(max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.batch_size)
+    batch = cfg.evaluation.batch_size
 
-    # Greedy suites share one generation call (length-sorted batches across suites); sampled
-    # suites draw their k samples each.
+    def budget(s) -> int:
+        return s.max_new_tokens or cfg.evaluation.max_new_tokens
+
+    # Greedy suites of one token budget share one generation call (length-sorted batches across
+    # suites); sampled suites draw their k samples each; tool suites run their episodes.
     generations: dict[str, list[list[Generation]]] = {}
-    tool = [s for s in configs if s.kind == "tool"]
-    for s in tool:
+    for s in (s for s in configs if s.kind == "tool"):
         from posttrain.agents.rollouts import run_episodes
 
         generations[s.name] = run_episodes(model, tokenizer, settings.chat, [(r, row_mode(s, r)) for r in rows[s.name]],
-                                           desc=f"{desc} ({s.name})", **options)
+                                           desc=f"{desc} ({s.name})", max_new_tokens=budget(s), batch_size=batch)
     greedy = [s for s in configs if s.sampling.samples == 1 and s.kind != "tool"]
-    requests = [(r["prompt"], row_mode(s, r)) for s in greedy for r in rows[s.name]]
-    outputs = generate_replies(model, tokenizer, settings.chat, requests, desc=desc, **options) if requests else []
-    start = 0
-    for s in greedy:
-        generations[s.name] = outputs[start:start + len(rows[s.name])]
-        start += len(rows[s.name])
+    for tokens in sorted({budget(s) for s in greedy}):
+        shared = [s for s in greedy if budget(s) == tokens]
+        requests = [(r["prompt"], row_mode(s, r)) for s in shared for r in rows[s.name]]
+        outputs = generate_replies(model, tokenizer, settings.chat, requests, desc=desc, max_new_tokens=tokens,
+                                   batch_size=batch) if requests else []
+        start = 0
+        for s in shared:
+            generations[s.name] = outputs[start:start + len(rows[s.name])]
+            start += len(rows[s.name])
     for s in configs:
         if s.sampling.samples > 1 and s.kind != "tool":
             generations[s.name] = generate_replies(
                 model, tokenizer, settings.chat, [(r["prompt"], row_mode(s, r)) for r in rows[s.name]],
                 do_sample=True, temperature=s.sampling.temperature, top_p=s.sampling.top_p,
-                num_samples=s.sampling.samples, seed=s.sampling.seed, desc=f"{desc} ({s.name})", **options)
+                num_samples=s.sampling.samples, seed=s.sampling.seed, desc=f"{desc} ({s.name})",
+                max_new_tokens=budget(s), batch_size=batch)
     return generations
 
 

@@ -144,9 +144,10 @@ def sft_dataset(tokenizer, chat, rows: list[dict], max_length: int | None = None
     nothing is left the error names `field`, the setting to raise."""
     from datasets import Dataset
 
+    from posttrain.agents.training import shown_tools
     from posttrain.chat import sft_example
 
-    examples = [sft_example(tokenizer, chat, r["messages"], r.get("thinking")) for r in rows]
+    examples = [sft_example(tokenizer, chat, r["messages"], r.get("thinking"), shown_tools(r)) for r in rows]
     notes = []
     if max_length and examples:
         longest = max(len(e["input_ids"]) for e in examples)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.agents.training import TrajectoryLog, enable_tool_parsing, environment_factories, environment_versions
+from posttrain.agents.training import StageTools
 from posttrain.checkpoint import checkpoint_location, load_checkpoint
 from posttrain.data.code_tests import forgeable_code_rows
 from posttrain.config import GeneralRLConfig
@@ -23,7 +23,6 @@ from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_c
 from posttrain.rl import StageGRPOTrainer, policy_record
 from posttrain.rl_alerts import RLAlerts
 from posttrain.rl_rewards import by_kind, stage_rewards
-from posttrain.data.store import store_for
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
@@ -52,34 +51,26 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     judge = build_judge(config.judge, inputs.model) if config.rewards.judge else None
     reward_funcs, weights = stage_rewards(config.rewards.model_dump(), reward_settings(config, model, tokenizer, scorer, judge),
                                           chat=inputs.model.chat, tokenizer=tokenizer, model=model)
-    environments = environment_factories(rows)
-    trajectories = None
-    if environments:
-        enable_tool_parsing(tokenizer, "general_rl's policy")
-        trajectories = TrajectoryLog(work / "trajectories.jsonl")
-        reward_funcs = [trajectories.watch(f) if f.__name__ == "tool" else f for f in reward_funcs]
-    trainer = StageGRPOTrainer(model=model, reward_funcs=reward_funcs,
-                               train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows, tools=environments is not None),
+    tools = StageTools(rows, tokenizer, work, "general_rl's policy")
+    trainer = StageGRPOTrainer(model=model, reward_funcs=tools.rewards(reward_funcs),
+                               train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows, tools=tools.factories is not None),
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl,
-                               peft_config=peft_config(config.trainer), environment_factory=environments)
+                               peft_config=peft_config(config.trainer), environment_factory=tools.factories)
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     follow(trainer, inputs)
     checkpoint_dir = resume_point(work / "trainer")
-    if trajectories:
-        trajectories.start(int(Path(checkpoint_dir).name.rsplit("-", 1)[1]) if checkpoint_dir else None)
+    tools.start(checkpoint_dir)
     trainer.train(resume_from_checkpoint=checkpoint_dir)
 
     log = numeric_log(trainer)
     checkpoint, adapter = save_trained(trainer, tokenizer, work, inputs.parent)
     kinds = Counter(r["kind"] for r in rows)
-    produced = [store_for(inputs).track(trajectories.path, name=f"{work.parent.name}/general_rl_trajectories.jsonl",
-                                        rows=trajectories.episodes)] if trajectories and trajectories.path.exists() else []
     return StageResult(
         name="general_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
-        datasets_consumed=[source], datasets_produced=produced, train_log=log,
-        verifier_versions={**VERIFIER_VERSIONS, **environment_versions(rows)}, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
+        datasets_consumed=[source], datasets_produced=tools.produced(inputs, "general_rl"), train_log=log,
+        verifier_versions={**VERIFIER_VERSIONS, **tools.versions}, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
         alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(rows), forgeable_code_rows(rows)] if n],
         train_metrics={**sharding(trainer), **{f"{kind}_prompts": float(n) for kind, n in kinds.items()},
                        "no_think_prompts": float(sum(r.get("thinking") is False for r in rows)), **summary(

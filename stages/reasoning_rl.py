@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from posttrain.agents.training import StageTools
 from posttrain.checkpoint import load_checkpoint
 from posttrain.data.code_tests import forgeable_code_rows
 from posttrain.config import ReasoningRLConfig
@@ -23,7 +24,7 @@ from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
 from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
-STAGE_VERSION = "reasoning_rl/4"   # task rewards are verify_row's verdicts, per row kind
+STAGE_VERSION = "reasoning_rl/5"   # tool rows: multi-turn episodes in their environments
 
 
 def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
@@ -35,7 +36,6 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
 
     source = inputs.data["reasoning_prompts"]
     problems = require_rows(read_jsonl(Path(source.path)), "reasoning_rl", "reasoning_prompts")
-    dataset = grpo_dataset(tokenizer, chat, problems)
 
     settings = reward_settings(config, model, tokenizer)
     check_task_rewards(config.rewards.model_dump(), Counter(p["kind"] for p in problems),
@@ -44,8 +44,10 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
     stats = ProblemStats([str(p.get("group", p["kind"])) for p in problems], prior=config.sampling.prior_success)
     reward_funcs, weights = stage_rewards(config.rewards.model_dump(), settings, chat=chat, tokenizer=tokenizer,
                                           model=model, stats=stats)
-    trainer = StageGRPOTrainer(model=model, reward_funcs=reward_funcs,
-                               train_dataset=dataset,
+    tools = StageTools(problems, tokenizer, work, "reasoning_rl's policy")
+    trainer = StageGRPOTrainer(model=model, reward_funcs=tools.rewards(reward_funcs),
+                               train_dataset=grpo_dataset(tokenizer, chat, problems, tools=tools.factories is not None),
+                               environment_factory=tools.factories,
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, sampling=config.sampling,
                                difficulty=[int(p.get("difficulty", 1)) for p in problems], problem_stats=stats,
@@ -59,13 +61,15 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
                                           max_new_tokens=config.trainer.max_completion_length))
     checkpoint_dir = resume_point(work / "trainer")
     trainer.restore_sampler(checkpoint_dir)
+    tools.start(checkpoint_dir)
     trainer.train(resume_from_checkpoint=checkpoint_dir)
 
     log = numeric_log(trainer)
     checkpoint, adapter = save_trained(trainer, tokenizer, work, inputs.parent)
     return StageResult(
         name="reasoning_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
-        datasets_consumed=[source], train_log=log, verifier_versions=VERIFIER_VERSIONS,
+        datasets_consumed=[source], datasets_produced=tools.produced(inputs, "reasoning_rl"), train_log=log,
+        verifier_versions={**VERIFIER_VERSIONS, **tools.versions},
         policies=policy_record(config.trainer, inputs.parent, checkpoint_dir), alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(problems), forgeable_code_rows(problems)] if n],
         train_metrics={**sharding(trainer), "prompts": len(problems), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",

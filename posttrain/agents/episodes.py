@@ -269,6 +269,33 @@ def trajectory_record(row: dict, transcript: str, verdict: tuple[float, str], st
             "transcript": transcript, "episode": episode.to_json(), "score": verdict[0], "reason": verdict[1]}
 
 
+def trajectory_fields(row: dict, messages: list[dict], refuse: Callable[[str], Exception]) -> dict:
+    """An SFT row's tools, shown to the model as the chat template lists them: `environment` (a
+    built-in or module:Class name: its tools, as RL shows them) or `tools` (JSON schemas, OpenAI's
+    form). A conversation with tool calls or tool turns needs one of them."""
+    fields: dict = {}
+    if row.get("environment"):
+        try:
+            environment_class(str(row["environment"]))
+        except ValueError as exc:
+            raise refuse(f"column 'environment': {exc}") from None
+        fields["environment"] = str(row["environment"])
+    tools = row.get("tools")
+    if isinstance(tools, str) and tools.strip():
+        try:
+            tools = json.loads(tools)
+        except ValueError as exc:
+            raise refuse(f"column 'tools' is not JSON ({exc})") from None
+    if tools:
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance((t.get("function") or t).get("name"), str)
+                                                  for t in tools):
+            raise refuse("column 'tools' must be a list of tool schemas ({'type': 'function', 'function': {'name': ...}})")
+        fields["tools"] = tools
+    if not fields and any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+        raise refuse("a conversation with tool calls needs an 'environment' or 'tools' column: the tools the model is shown")
+    return fields
+
+
 def tool_fields(row: dict, refuse: Callable[[str], Exception]) -> dict:
     """A data row's tool fields as a prompt row keeps them (`setup` and `expected_state` read from
     JSON text where a file holds them so), refused (`refuse(problem)` raised) when the row cannot be

@@ -10,7 +10,7 @@ are masked out of the loss (its `tool_mask`). The reward then judges the episode
 """
 from __future__ import annotations
 
-from posttrain.agents.environments import Budget, environment_class, episode_class
+from posttrain.agents.environments import Budget, environment_class, episode_class, tools_of
 
 
 def tool_environments(rows: list[dict]) -> list[str]:
@@ -27,6 +27,17 @@ def environment_factories(rows: list[dict], budget: Budget = Budget()) -> dict |
     for name in names:
         environment_class(name)   # a clear error before any work: unknown or malformed environment
     return {None: episode_class(None, budget), **{name: episode_class(name, budget) for name in names}}
+
+
+def shown_tools(row: dict) -> list | None:
+    """The tools a row's conversation is rendered with: its own schemas (`tools`), or its
+    environment's tools as RL and evaluation show them (the same functions, the same schema)."""
+    if row.get("tools"):
+        return row["tools"]
+    if row.get("environment"):
+        session = episode_class(row["environment"])
+        return [getattr(session, name) for name in tools_of(session)]
+    return None
 
 
 def environment_versions(rows: list[dict]) -> dict[str, str]:
@@ -105,3 +116,40 @@ class TrajectoryLog:
 
         recorded.__name__ = reward.__name__
         return recorded
+
+
+class StageTools:
+    """What an RL stage adds for its tool rows, built once from the rows: TRL's environment factories,
+    the tokenizer's tool-call parser, the episode log the tool reward writes, and the environment
+    versions the stage records. Inert (no factories, nothing logged) for a stage without tool rows."""
+
+    def __init__(self, rows: list[dict], tokenizer, work, where: str):
+        from pathlib import Path
+
+        self.factories = environment_factories(rows)
+        self.versions = environment_versions(rows)
+        self.log = None
+        if self.factories:
+            enable_tool_parsing(tokenizer, where)
+            self.log = TrajectoryLog(Path(work) / "trajectories.jsonl")
+
+    def rewards(self, reward_funcs: list) -> list:
+        """The stage's rewards with the tool reward's episodes written down."""
+        return [self.log.watch(f) if self.log and f.__name__ == "tool" else f for f in reward_funcs]
+
+    def start(self, checkpoint_dir) -> None:
+        from pathlib import Path
+
+        if self.log:
+            self.log.start(int(Path(checkpoint_dir).name.rsplit("-", 1)[1]) if checkpoint_dir else None)
+
+    def produced(self, inputs, stage: str) -> list:
+        """The episodes as a dataset of the run (DVC-tracked, in its lineage)."""
+        from pathlib import Path
+
+        from posttrain.data.store import store_for
+
+        if not self.log or not self.log.path.exists():
+            return []
+        return [store_for(inputs).track(self.log.path, name=f"{Path(inputs.work_dir).parent.name}/{stage}_trajectories.jsonl",
+                                        rows=self.log.episodes)]

@@ -37,11 +37,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from posttrain.agents.episodes import tool_fields
-from posttrain.data import code_tests as test_forms
-from posttrain.data import transforms
+from posttrain.agents.episodes import tool_fields, trajectory_fields
 from posttrain.chat import THINK_OPEN, assemble_response
-from posttrain.data import row_cache
+from posttrain.data import code_tests as test_forms, row_cache, transforms
 from posttrain.data.files import MAX_ROW_BYTES, DatasetError, check_regular, jsonl_rows, parse_json_row
 from posttrain.rewards import TASK_KINDS, unguarded_code_rows
 from posttrain.data.transforms import AnswerFrom, DropReason, MapValue, ReplyFrom, RowRefused
@@ -293,9 +291,10 @@ def _messages(value, where: str, column: str) -> list[dict]:
         value = [transforms.sharegpt_turn(m, where, column) if isinstance(m, dict) and "from" in m and "role" not in m
                  else m for m in value]
     if not isinstance(value, list) or not value or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value):
+            isinstance(m, dict) and isinstance(m.get("role"), str) and (isinstance(m.get("content"), str) or m.get("tool_calls"))
+            for m in value):
         raise DatasetError(f"{where}: column {column!r} must be a non-empty list of {{role, content}} messages")
-    return [{"role": m["role"], "content": m["content"]} for m in value]
+    return [transforms.chat_message(m, where, column, i) for i, m in enumerate(value)]
 
 
 def _turns(value, where: str, column: str, role: str) -> list[dict]:
@@ -370,7 +369,8 @@ def normalise_sft(raw: dict, source: SourceConfig, where: str, role: str) -> dic
         # Non-thinking replies keep an empty think block (Qwen3), so the mode is visible in the reply.
         messages[-1] = {"role": "assistant", "content": assemble_response("", reply)}
     user_text = " ".join(m["content"] for m in messages if m["role"] == "user")
-    out = {"messages": messages, "thinking": thinking, "language": _language(row, source, user_text)}
+    out = {"messages": messages, "thinking": thinking, "language": _language(row, source, user_text),
+           **trajectory_fields(row, messages, lambda problem: DatasetError(f"{where}: {problem}"))}
     for key in ("id", "kind", "source"):
         if key in row and row[key] is not None:
             out[key] = row[key]

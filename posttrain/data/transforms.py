@@ -356,6 +356,42 @@ def _escape(text: str) -> str:
 # ---------------------------------------------------------------- SFT replies
 
 
+def chat_message(message: dict, where: str, column: str, index: int) -> dict:
+    """One {role, content} message as rows keep it; an assistant turn may carry `tool_calls`
+    (OpenAI's {"type": "function", "function": {"name", "arguments"}} or a bare {"name", "arguments"},
+    arguments as an object or JSON text) with empty content, a `tool` turn its tool's `name`."""
+    at = f"{where}: column {column!r} message {index}"
+    calls = message.get("tool_calls")
+    content = message.get("content")
+    if content is None and calls:
+        content = ""
+    if not isinstance(content, str):
+        raise DatasetError(f"{at}: 'content' must be text")
+    out = {"role": message["role"], "content": content}
+    if calls is not None:
+        if message["role"] != "assistant" or not isinstance(calls, list):
+            raise DatasetError(f"{at}: 'tool_calls' must be a list, on an assistant message")
+        out["tool_calls"] = [_tool_call(c, f"{at} tool call {i}") for i, c in enumerate(calls)]
+    if message["role"] == "tool" and isinstance(message.get("name"), str):
+        out["name"] = message["name"]
+    return out
+
+
+def _tool_call(call, at: str) -> dict:
+    function = call.get("function", call) if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        raise DatasetError(f"{at}: needs a function name ({{'name': ..., 'arguments': {{...}}}})")
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            raise DatasetError(f"{at}: 'arguments' is text that is not JSON") from None
+    if not isinstance(arguments, dict):
+        raise DatasetError(f"{at}: 'arguments' must be an object")
+    return {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
+
+
 def sharegpt_turn(message: dict, where: str, column: str) -> dict:
     sender = message.get("from")
     if sender not in SHAREGPT_ROLES:

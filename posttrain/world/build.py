@@ -18,7 +18,7 @@ from posttrain.chat import assemble_response
 from posttrain.config import PipelineConfig
 from posttrain.data.files import file_md5, write_jsonl
 from posttrain.schema import CheckpointRef
-from posttrain.world import open_tasks, tasks
+from posttrain.world import open_tasks, tasks, tool_tasks
 
 # The files the world provides, in the standard formats any user source has (posttrain.data.sources):
 # SFT rows (`messages`) and prompt rows (`prompt`, `kind`, `answer` / `constraints`, `language`,
@@ -30,9 +30,10 @@ FILE_ROLES = {"cold_start": "cold_start", "reasoning_prompts": "reasoning_prompt
               "general_math_prompts": "general_prompts", "distillation_math_prompts": "distillation_prompts",
               "distillation_instruction_prompts": "distillation_prompts", "open_demonstrations": "thinking",
               "preferences": "preferences", "general_open_prompts": "general_prompts",
-              "distillation_open_prompts": "distillation_prompts"}
+              "distillation_open_prompts": "distillation_prompts", "tool_demonstrations": "cold_start",
+              "fusion_tool_demonstrations": "thinking", "general_tool_prompts": "general_prompts"}
 ROLE_FILES = tuple(FILE_ROLES)
-EVAL_FILES = ("eval_math", "eval_no_think", "eval_instruction", "eval_direct", "eval_open")
+EVAL_FILES = ("eval_math", "eval_no_think", "eval_instruction", "eval_direct", "eval_open", "eval_tool", "eval_tool_bare")
 # The world's judge: SFT rows and its held-out rows (bench/world_judge.py trains and measures it).
 JUDGE_FILES = ("judge_sft", "eval_judge")
 
@@ -81,6 +82,9 @@ def build_data(cfg: PipelineConfig) -> dict:
     train_prompts = [r["question"] for rows in (math, direct, instruction) for r in rows] + [t.question for t in equations]
     from posttrain.world.corpus import build_corpus, document_question
     corpus_questions = [document_question(doc) for doc in build_corpus(w.corpus, seed)]
+    tools, held_out_tools = tool_tasks.tool_tasks(w.tool_train, seed + 51, "train"), tool_tasks.tool_tasks(w.eval_tool, seed + 53, "eval")
+    train_prompts += [t.question for t in tools]
+    evals["eval_tool"] = [{"question": t.question} for t in held_out_tools]
     for name, rows in evals.items():
         tasks.check_no_overlap([r["question"] for r in rows], train_prompts + corpus_questions, what=f"in {name}")
     files = {
@@ -106,6 +110,11 @@ def build_data(cfg: PipelineConfig) -> dict:
         **open_files(equations, seed),
         "eval_open": [open_tasks.prompt_row(open_tasks.EquationTask(**t)) for t in evals["eval_open"]],
         "eval_judge": open_tasks.judge_rows([open_tasks.EquationTask(**t) for t in evals["eval_open"]], seed + 47),
+        "tool_demonstrations": [t.demonstration() for t in pool_share(tools, "cold_start_sft", TOOL_POOL_SHARES)],
+        "fusion_tool_demonstrations": [t.demonstration() for t in pool_share(tools, "mode_fusion_sft", TOOL_POOL_SHARES)],
+        "general_tool_prompts": [t.prompt_row() for t in pool_share(tools, "general_rl", TOOL_POOL_SHARES)],
+        "eval_tool": [t.prompt_row() for t in held_out_tools],
+        "eval_tool_bare": [t.bare_row() for t in held_out_tools],
     }
     manifest = {}
     for name, rows in files.items():
@@ -254,6 +263,11 @@ POOL_SHARES = {"cold_start_sft": (0.0, 0.1), "reasoning_rl": (0.1, 0.55), "rejec
 # equations more often than it swapped them, a slip no preference pair teaches (world_preferences.md).
 OPEN_POOL_SHARES = {"mode_fusion_sft": (0.0, 0.25), "reward_model": (0.25, 0.65), "general_rl": (0.65, 0.85),
                     "distillation": (0.85, 1.0)}
+
+
+# The pool of tool tasks (posttrain.world.tool_tasks): demonstrations for the cold start and fusion
+# (which keeps the skill the reasoning RL between them never trains), general RL's prompts.
+TOOL_POOL_SHARES = {"cold_start_sft": (0.0, 0.4), "mode_fusion_sft": (0.4, 0.55), "general_rl": (0.55, 1.0)}
 
 
 def pool_share(rows: list, stage: str, shares: dict = POOL_SHARES) -> list:

@@ -4,7 +4,9 @@ Every digit and every CJK character is its own token: byte-level BPE merges digi
 then cannot learn column arithmetic (measured: after 60 s of pretraining a 3.1M model with a byte-level
 BPE wrote `\\boxed{}` in 95% of samples but was almost never right). `<think>`/`</think>` are added
 tokens but NOT special, as in Qwen3, so decoding with skip_special_tokens keeps them and the format
-and language rewards can see the think block.
+and language rewards can see the think block. Qwen3's tool-call markers (`<tool_call>`,
+`<tool_response>` and their closings) are added tokens the same way: spelled out character by
+character, one call of the world's store took 48 of a 144-token completion budget.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from posttrain.chat import CHAT_TEMPLATE, DOC_END, IM_END, IM_START, PAD, THINK_CLOSE, THINK_OPEN, UNK
+from posttrain.chat import CHAT_TEMPLATE, DOC_END, IM_END, IM_START, PAD, THINK_CLOSE, THINK_OPEN, TOOL_MARKERS, UNK
 
 SPECIAL_TOKENS = [PAD, DOC_END, IM_START, IM_END, UNK]
 
@@ -49,7 +51,7 @@ def build_tokenizer(out_dir: Path) -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK_OPEN, THINK_CLOSE)])
+    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK_OPEN, THINK_CLOSE, *TOOL_MARKERS)])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, eos_token=IM_END, pad_token=PAD, unk_token=UNK,
         additional_special_tokens=[DOC_END, IM_START], padding_side="left",
