@@ -3,6 +3,7 @@ curves; written as report.json (posttrain.schema.RunReport), report.md and PNG p
 folder."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,6 +68,33 @@ def modes_section(stages: list[StageEntry]) -> list[str]:
                      f"{_fmt(s.eval.get(f'{no_think}/accuracy')) if no_think else '–'} | "
                      f"{_fmt(s.eval.get(f'{suite}/think_tokens'))} | {budget} |")
     return lines + ["", "![thinking budget](budget.png)", ""]
+
+
+def episodes_section(stages: list[StageEntry], shown: int = 3) -> list[str]:
+    """A few tool-use episodes of each RL stage that recorded them (its trajectories dataset), from its
+    last step: paid ones first, then unpaid ones, each with its calls as the environment answered
+    them and the environment's final state. `posttrain replay` re-runs any of them."""
+    lines: list[str] = []
+    for s in stages:
+        for d in s.datasets:
+            if not d.name.endswith("_trajectories.jsonl") or not Path(d.path).is_file():
+                continue
+            records = [json.loads(line) for line in Path(d.path).read_text(encoding="utf-8").splitlines() if line.strip()]
+            if not records:
+                continue
+            last = max(r.get("step") or 0 for r in records)
+            at_last = [r for r in records if (r.get("step") or 0) == last]
+            picked = ([r for r in at_last if r["score"] == 1.0][:shown - 1] + [r for r in at_last if r["score"] != 1.0])[:shown]
+            lines += [f"## Tool episodes: {s.name}", "",
+                      f"{len(records)} episodes recorded (`{d.path}`); {len(picked)} of step {last}'s, with what they were paid:", ""]
+            for r in picked:
+                episode = r["episode"]
+                calls = "; ".join(f"{c['tool']}({json.dumps(c.get('arguments'), ensure_ascii=False)}) -> {c['result'][:60]!r}"
+                                  for c in episode["calls"]) or "no call"
+                lines += [f"- paid {r['score']:.1f} · {episode.get('environment')} {episode['version']} · {calls} · "
+                          f"final state `{json.dumps(episode['state'], ensure_ascii=False)[:120]}`", "",
+                          "  ```", *(f"  {line}" for line in r["transcript"][:600].splitlines()), "  ```", ""]
+    return lines
 
 
 def plot_budget(report: RunReport, out: Path) -> bool:
@@ -137,6 +165,7 @@ def render_markdown(report: RunReport) -> str:
             lines += [f"- ⚠️ {s.name}: {alert}" for alert in s.alerts]
         lines.append("")
     lines += modes_section(stages)
+    lines += episodes_section(stages)
     lines += ["## Checkpoints", "", "| stage | version | digest | path |", "|---|---|---|---|"]
     for s in stages:
         ck = s.checkpoint

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from posttrain.agents.environments import Budget, KeyValueStore, episode_class
+from posttrain.agents.environments import Budget, KeyValueStore, episode_class, tools_of
 from posttrain.agents.episodes import (episode_of_transcript, parse_transcript, render_transcript, replay_record,
                                        trajectory_record)
 from posttrain.rewards import completion_text, verify_row
@@ -36,7 +36,7 @@ def episode(*turns) -> list[dict]:
             continue
         messages.append({"role": "assistant", "content": "", "tool_calls": turn})
         for c in turn:
-            tool = getattr(session, c["function"]["name"], None)
+            tool = getattr(session, c["function"]["name"]) if c["function"]["name"] in tools_of(type(session)) else None
             result = tool(**c["function"]["arguments"]) if tool else "error: unknown_tool"
             messages.append({"role": "tool", "name": c["function"]["name"], "content": result})
     return messages
@@ -68,6 +68,9 @@ def test_a_solved_episode_is_paid_and_its_transcript_reads_back():
     (episode([call("set", key="c", value="42")], "41"), "wrong_answer:mismatch"),
     # a loop of calls past the budget
     (episode(*[[call("get", key="a")]] * 7, [call("set", key="c", value="42")], "42"), "call_budget"),
+    # the expected state written through what is not a tool: the session's reset, its private parts
+    (episode([call("reset", setup=json.dumps({"items": ROW["expected_state"]["items"]}))], "42"), "wrong_state"),
+    (episode([call("_env")], [call("state")], "42"), "wrong_state"),
     # an episode that stops on a call instead of answering
     (episode([call("set", key="c", value="42")])[:-1], "no_final_answer"),
 ])
@@ -203,6 +206,25 @@ def test_posttrain_replay_and_verify_judge_recorded_episodes_from_the_shell(tmp_
     verdicts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 1 and [v["reason"] for v in verdicts] == ["solved", "forged_turn", "bad_input"]
     assert verdicts[0]["state"] == ROW["expected_state"] and "unknown environment" in verdicts[2]["error"]
+
+
+def test_the_report_card_shows_a_stages_recorded_episodes(tmp_path):
+    from posttrain.report import render_markdown
+    from posttrain.schema import DatasetRef, RunReport, StageEntry
+
+    wrong = episode([call("get", key="a")], "17")
+    records = [{**trajectory_record(ROW, completion_text(m), verify_row(completion_text(m), ROW)), "step": step}
+               for step, m in ((0, wrong), (3, SOLVED), (3, wrong))]
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    stage = StageEntry(name="general_rl", datasets=[DatasetRef(name="run/general_rl_trajectories.jsonl", path=str(path),
+                                                                md5="0", rows=3)])
+    card = render_markdown(RunReport(run_id="r", stages=[stage]))
+    section = card[card.index("## Tool episodes: general_rl"):]
+    assert "3 episodes recorded" in section and "2 of step 3's" in section
+    first, second = section.split("- paid ")[1:3]
+    assert first.startswith("1.0 · kv_store kv_store/1 · get") and "set" in first and '"c": "42"' in first
+    assert second.startswith("0.0") and '"c"' not in second.split("final state")[1].split("`")[1]
 
 
 def test_render_and_parse_agree_with_the_world_template(tokenizer):

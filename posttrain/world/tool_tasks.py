@@ -12,19 +12,23 @@ Each task gives a prompt row (its environment, `setup`, `expected_state` and / o
 demonstration: the episode of an agent that uses the tool well, as chat messages with its tool
 calls and the results the environment returns (tests/test_world_tools.py replays every kind's
 demonstration in its environment and checks the verdict is `solved`). Held-out tasks use phrasings
-and store keys training never does, and the tasks' keys come from the hash partition training
-never draws from (`tasks.is_held_out`).
+and store keys training never does (keys and operands split by the world's hash partition,
+`tasks.is_held_out`).
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from posttrain.world.tasks import Split, _split_ok
+from posttrain.world.tasks import Split, _split_ok, is_held_out
 
 KINDS = ("lookup", "copy", "product")
-TRAIN_KEYS = ["wren", "lark", "robin", "finch", "heron", "crane", "swift", "raven", "kite", "dove", "gull", "teal"]
-EVAL_KEYS = ["rook", "stork", "egret", "ibis", "quail", "hawk"]
+# Store keys: every consonant-vowel-consonant-vowel word (4,900 of them), split between training and
+# evaluation by the world's hash partition. With a dozen named keys the cold-start model learnt the
+# keys, not to copy one from the question: held-out keys were called by a training key's name.
+KEYS = [a + b + c + d for a in "bdfgklmnprstvz" for b in "aeiou" for c in "bdfgklmnprstvz" for d in "aeiou"]
+TRAIN_KEYS = [k for k in KEYS if not is_held_out(f"tool-key/{k}")]
+EVAL_KEYS = [k for k in KEYS if is_held_out(f"tool-key/{k}")]
 TEMPLATES = {
     # kind -> (train phrasings, held-out phrasings)
     "lookup": (["What is stored under {key}?", "Look up the value of {key}.", "Read {key} from the store."],
