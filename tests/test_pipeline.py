@@ -95,6 +95,11 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
     assert stages["mode_fusion_sft"]["train_metrics"]["rows/thinking"] == 4       # data.thinking, limit 4
     assert stages["mode_fusion_sft"]["train_metrics"]["rows/non_reasoning"] == 8  # two sources of 4
     assert stages["general_rl"]["train_metrics"]["no_think_prompts"] >= 3  # general math rows 0-2 of 4 ask /no_think
+    # both RL stages ran tool episodes and kept them as datasets of the run; the tool suite is reported
+    for name in ("reasoning_rl", "general_rl"):
+        episodes = [d for d in stages[name]["datasets"] if d["name"].endswith(f"{name}_trajectories.jsonl")]
+        assert episodes and episodes[0]["rows"] > 0, name
+    assert {"tool/accuracy", "tool/tool_calls", "tool/tool_errors"} <= set(stages["general_rl"]["eval"])
 
     from posttrain.registry import Registry
 

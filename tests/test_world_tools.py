@@ -4,6 +4,7 @@ turns only (checked on token ids, through the data loader and SFT's dataset)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -26,10 +27,13 @@ def test_each_kind_of_demonstration_is_solved_on_its_environment_and_a_guess_is_
         assert verify_row(completion_text([{"role": "assistant", "content": "123"}]), row)[0] == 0.0 or task.answer == "123"
 
 
-def test_held_out_tasks_use_their_own_keys_and_phrasings():
-    train, held_out = tool_tasks.tool_tasks(300, 7, "train"), tool_tasks.tool_tasks(60, 9, "eval")
+def test_held_out_tasks_use_their_own_phrasings_stores_and_operands():
+    train, held_out = tool_tasks.tool_tasks(3000, 7, "train"), tool_tasks.tool_tasks(300, 9, "eval")
     assert not {t.question for t in train} & {t.question for t in held_out}
-    assert all(t.setup.get("items", {}).keys().isdisjoint(tool_tasks.TRAIN_KEYS) for t in held_out)
+    seen = {json.dumps(t.setup, sort_keys=True) for t in train if t.setup}
+    assert not any(json.dumps(t.setup, sort_keys=True) in seen for t in held_out if t.setup)
+    operands = lambda tasks: {tuple(re.findall(r"\d+", t.question)) for t in tasks if t.kind == "product"}  # noqa: E731
+    assert operands(train) and not operands(train) & operands(held_out)
     phrasing = {t.question.split()[0] for t in train} & {t.question.split()[0] for t in held_out}
     assert phrasing <= {"What"}   # "What is stored..." (train) against "What value does..." (held out)
 

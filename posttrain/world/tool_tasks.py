@@ -12,23 +12,25 @@ Each task gives a prompt row (its environment, `setup`, `expected_state` and / o
 demonstration: the episode of an agent that uses the tool well, as chat messages with its tool
 calls and the results the environment returns (tests/test_world_tools.py replays every kind's
 demonstration in its environment and checks the verdict is `solved`). Held-out tasks use phrasings
-and store keys training never does (keys and operands split by the world's hash partition,
+training never does and stores training never holds (split by the world's hash partition,
 `tasks.is_held_out`).
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
-from posttrain.world.tasks import Split, _split_ok, is_held_out
+from posttrain.world.tasks import ITEMS_EN, NAMES_EN, Split, _split_ok
 
 KINDS = ("lookup", "copy", "product")
-# Store keys: every consonant-vowel-consonant-vowel word (4,900 of them), split between training and
-# evaluation by the world's hash partition. With a dozen named keys the cold-start model learnt the
-# keys, not to copy one from the question: held-out keys were called by a training key's name.
-KEYS = [a + b + c + d for a in "bdfgklmnprstvz" for b in "aeiou" for c in "bdfgklmnprstvz" for d in "aeiou"]
-TRAIN_KEYS = [k for k in KEYS if not is_held_out(f"tool-key/{k}")]
-EVAL_KEYS = [k for k in KEYS if is_held_out(f"tool-key/{k}")]
+# Store keys: the world's item and person names, words its pretraining corpus holds. Held-out tasks
+# differ from training in phrasing and in what the store holds (key, value and store contents are
+# split by the hash partition), not in the keys: with keys the model never read (a dozen bird names,
+# then 4,900 made-up words split by the partition) the cold-start model never learnt to copy a key
+# from the question into its call and called held-out keys by a training key's name (tool accuracy
+# 0.007 and 0.000 on the held-out suite).
+KEYS = [w.lower() for w in ITEMS_EN + NAMES_EN]
 TEMPLATES = {
     # kind -> (train phrasings, held-out phrasings)
     "lookup": (["What is stored under {key}?", "Look up the value of {key}.", "Read {key} from the store."],
@@ -79,7 +81,7 @@ def _store(rng: random.Random, keys: list[str], n: int) -> dict:
 
 
 def _task(kind: str, rng: random.Random, split: Split, index: int, seed: int) -> ToolTask | None:
-    keys = EVAL_KEYS if split == "eval" else TRAIN_KEYS
+    keys = KEYS
     template = rng.choice(TEMPLATES[kind][split == "eval"])
     task_id = f"tool-{split}-{seed}-{index}"
     if kind == "product":
@@ -92,13 +94,13 @@ def _task(kind: str, rng: random.Random, split: Split, index: int, seed: int) ->
     items = _store(rng, keys, 3)
     if kind == "lookup":
         key = rng.choice(sorted(items))
-        if not _split_ok(f"tool/lookup/{key}/{items[key]}", split):
+        if not _split_ok(f"tool/lookup/{json.dumps(items, sort_keys=True)}/{key}", split):
             return None
         return ToolTask(task_id, kind, template.format(key=key), "kv_store", {"items": items}, items[key], None,
                         (("get", {"key": key}, items[key]),))
     src = rng.choice(sorted(items))
     dst = rng.choice([k for k in keys if k != src])
-    if not _split_ok(f"tool/copy/{src}/{dst}/{items[src]}", split):
+    if not _split_ok(f"tool/copy/{json.dumps(items, sort_keys=True)}/{src}/{dst}", split):
         return None
     final = {**items, dst: items[src]}
     return ToolTask(task_id, kind, template.format(src=src, dst=dst), "kv_store", {"items": items}, items[src],
