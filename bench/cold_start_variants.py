@@ -12,7 +12,7 @@ The pipeline's cold start is the world's worked solutions as they are. The bench
 Each alteration draws from its own random stream for every row, so a row one alteration leaves
 alone is the row the others would give without it. The rows are those of the config's
 `data.cold_start` sources (the world's cold_start.jsonl: `messages` rows carrying the problem's
-answer, level, op, a, b and language); the altered rows go to a content-addressed JSONL file and
+answer, level, op, a, b and language; tool episodes among them are kept as they are); the altered rows go to a content-addressed JSONL file and
 `write_variant` returns the config override that points `data.cold_start` at it.
 """
 from __future__ import annotations
@@ -80,8 +80,14 @@ def alter_rows(rows: list[dict], variant: Variant, seed: int, where: list[str] |
     """The rows with their replies altered, and how many of them each alteration changed."""
     mix, check = random.Random(f"mixed_language/{seed}"), random.Random(f"double_check/{seed}")
     skip = random.Random(f"answer_only/{seed}")
-    out, altered = [], {"double_checked": 0, "mixed_language": 0, "answer_only": 0}
+    out, altered = [], {"double_checked": 0, "mixed_language": 0, "answer_only": 0, "tool_episodes_unaltered": 0}
     for i, row in enumerate(rows):
+        if row.get("environment"):
+            # A tool episode has no worked solution to alter: kept as it is, counted, and drawing
+            # nothing, so the world's rows get the same alterations with or without episodes beside them.
+            out.append(row)
+            altered["tool_episodes_unaltered"] += 1
+            continue
         worked, answer = worked_solution(row, where[i] if where else f"row {i}")
         op, a, b, language = row["op"], row["a"], row["b"], row["language"]
         # Every draw is made for every row, so a row one alteration leaves alone is the row the

@@ -10,8 +10,8 @@ among the others, the run's reward model for the open-ended kind), one run per s
 every held-out suite; paired item-level differences against the fusion checkpoint pooled over
 seeds (95% CI), and the mean of each seed with its t-interval.
 
-    .venv/bin/python bench/tool_use.py --run runs/<run> --seeds 3 --out /tmp/tools \
-        --record bench/results/tool_use
+    .venv/bin/python bench/tool_use.py --config configs/tools.yaml --run runs/tools/<run> --seeds 3 \
+        --out /tmp/tools --record bench/results/tool_use
 """
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def general_rl_seeds(cfg, run: Path, seeds: list[int], out: Path) -> tuple[dict,
         done = out / f"seed{seed}.json"
         if not done.is_file():
             inputs = stage_inputs(cfg, "general_rl", data, work_dir=out / f"seed{seed}", parent=fusion, seed=seed,
-                                  reward_model=reward_model)
+                                  reward_model=reward_model, data_store=str(cfg.path(cfg.paths.data_store)),
+                                  dvc_remote=str(cfg.path(cfg.paths.dvc_remote)))
             started = time.time()
             result = general_rl.run(cfg.stage("general_rl"), inputs)
             wall = time.time() - started
@@ -118,7 +119,7 @@ def markdown(part1: dict, summary: dict, per_seed: dict, meta: dict) -> str:
     pct = lambda v: f"{v:.3f}"  # noqa: E731
     lines = ["# Tool use in the embedded world", "",
              f"Run `{meta['run']}`, config `{meta['config']}`, recorded {meta['recorded']}; "
-             "`.venv/bin/python bench/tool_use.py --run runs/<run> --seeds 3 --out /tmp/tools --record bench/results/tool_use`.",
+             "`.venv/bin/python bench/tool_use.py --config configs/tools.yaml --run runs/tools/<run> --seeds 3 --out /tmp/tools --record bench/results/tool_use`.",
              "", "## With and without the tool", "",
              "The held-out tool suite (150 episodes, judged on the environment) against the same questions "
              "asked without tools (kind direct).", "",
@@ -148,7 +149,7 @@ def markdown(part1: dict, summary: dict, per_seed: dict, meta: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/default.yaml")
+    parser.add_argument("--config", default="configs/tools.yaml")
     parser.add_argument("--run", required=True, type=Path, help="a run with cold_start_sft, mode_fusion_sft and reward_model")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--skip-part1", action="store_true")

@@ -42,6 +42,7 @@ def stage_cache_key(context, parameters) -> str:
     """What determines a stage's result. The reward verifiers' versions and the training libraries'
     are in it, so fixing a reward reruns the stages trained with it; uncommitted changes to the code
     key the cache on the diff, so a dirty tree neither reuses nor is reused by a clean one."""
+    from posttrain.agents.training import environment_versions_in
     from posttrain.rewards import VERIFIER_VERSIONS  # imported when used: serving the flows needs no torch
 
     name, cfg, inputs = parameters["name"], parameters["config"], parameters["inputs"]
@@ -50,7 +51,13 @@ def stage_cache_key(context, parameters) -> str:
                               inputs.parent.digest, inputs.student.digest if inputs.student else None,
                               sorted(d.md5 for d in inputs.datasets), {k: d.md5 for k, d in inputs.data.items()},
                               inputs.model.model_dump(mode="json"), inputs.seed, VERIFIER_VERSIONS,
-                              _library_versions(), code_state()["dirty"])
+                              _library_versions(), code_state()["dirty"],
+                              *_environments(environment_versions_in(d.path for d in inputs.data.values())))
+
+
+def _environments(versions: dict) -> list:
+    """The environments' versions as a key part, absent when no row uses one (old keys stay valid)."""
+    return [versions] if versions else []
 
 
 @functools.cache
@@ -81,6 +88,7 @@ def code_state() -> dict[str, str | None]:
 
 
 def eval_cache_key(context, parameters) -> str:
+    from posttrain.agents.training import environment_versions_in
     from posttrain.evaluation import EVAL_VERSION
     from posttrain.rewards import VERIFIER_VERSIONS
 
@@ -91,7 +99,8 @@ def eval_cache_key(context, parameters) -> str:
                              cfg.budget_curve_for(parameters["label"]),
                              [s.model_dump(mode="json", exclude={"sources"}) for s in cfg.data.suites()],
                              {k: d.md5 for k, d in parameters["suites"].items()}, cfg.base.settings().model_dump(mode="json"),
-                             *([rm.digest] if (rm := parameters.get("reward_model")) is not None else []))
+                             *([rm.digest] if (rm := parameters.get("reward_model")) is not None else []),
+                             *_environments(environment_versions_in(d.path for d in parameters["suites"].values())))
 
 
 @task(name="stage", cache_key_fn=stage_cache_key, persist_result=True, result_serializer="json",

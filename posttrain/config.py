@@ -17,7 +17,7 @@ from posttrain.metrics import BY_NAME as METRIC_TABLE, PER_LANGUAGE, suite_metri
 from posttrain.data.sources import SourceConfig, TaskKind, _as_list
 from posttrain.stage import Stage
 from posttrain.data.decontamination import DecontaminationConfig
-from posttrain.yamlconfig import YamlConfigError, clip, read_yaml, short
+from posttrain.yamlconfig import YamlConfigError, clip, layer_of, merge_layers, read_layers, short
 from posttrain.embedded_config import Architecture, PretrainConfig, WorldConfig
 from posttrain.trainer_config import PLACEMENT, GenerationEngine, GRPOTrainerConfig, LauncherConfig, LossType, SFTTrainerConfig, WorkPoolPlacement, check_launch  # noqa: F401 (re-exported)
 from posttrain.gate_config import GateConfig, GatesConfig, GateTarget, RegressionCheck  # noqa: F401 (re-exported)
@@ -549,10 +549,10 @@ def load_config(path: str | Path, project_root: Path | None = None, overrides: d
     (e.g. {"seed": 3}), validate; a ConfigError names the field and its file:line."""
     path = Path(path)
     try:
-        doc = read_yaml(path)
+        layers = read_layers(path)   # the config, and those it `extends`
     except YamlConfigError as exc:
         raise ConfigError(str(exc)) from None
-    data = doc.data
+    data = merge_layers(layers)
     if data is None or data == {}:
         raise ConfigError(f"config {path} is empty: it sets nothing (start from configs/default.yaml)")
     if not isinstance(data, dict):
@@ -572,8 +572,8 @@ def load_config(path: str | Path, project_root: Path | None = None, overrides: d
     def where(loc: tuple) -> str:
         if any(loc[:len(o)] == o for o in overridden):
             return f"{path} (override)"
-        line = doc.line(loc)
-        return str(path) if line is None else f"{path}:{line}"
+        file, doc = layer_of(layers, loc)
+        return str(file) if (line := doc.line(loc)) is None else f"{file}:{line}"
 
     data.setdefault("root", str((project_root or _project_root_of(path)).absolute()))
     stages = data.get("stages") if isinstance(data.get("stages"), dict) else {}

@@ -78,4 +78,5 @@ class WorldConfig(BaseModel):
     # and fusion and general RL's prompts; and its held-out suite (with and without the tools).
     tool_train: int = Field(1200, ge=20)
     eval_tool: int = Field(150, ge=9)
+    tool_markers: bool = False   # Qwen3's tool-call markers as tokens (posttrain.world.tokenizer)
 

@@ -226,3 +226,54 @@ def read_yaml(path: Path) -> Located:
         return Located(loader.construct_document(node), loader.lines)
     except yaml.YAMLError as exc:
         raise _syntax_error(exc, str(path), text) from None
+
+
+def read_layers(path: Path) -> list[tuple[Path, Located]]:
+    """A config and the configs it extends (`extends: other.yaml`, relative to the file), base
+    first: the settings of each layer replace or extend (mappings merge, key by key) the one below."""
+    layers: list[tuple[Path, Located]] = []
+    seen: set[Path] = set()
+    while True:
+        doc = read_yaml(path)
+        layers.insert(0, (path, doc))
+        seen.add(path.resolve())
+        parent = doc.data.get("extends") if isinstance(doc.data, dict) else None
+        if parent is None:
+            return layers
+        if not isinstance(parent, str) or not parent.strip():
+            raise YamlConfigError(f"config {path}:{doc.line(('extends',))}: `extends` must name a YAML file")
+        if len(layers) > 1 and not isinstance(layers[1][1].data, dict):
+            raise YamlConfigError(f"config {layers[1][0]} is extended, so it must be a mapping of settings")
+        path = path.parent / parent
+        if path.resolve() in seen:
+            raise YamlConfigError(f"config {layers[0][0]} extends {path}, which extends it back")
+
+
+def merge_layers(layers: list[tuple[Path, Located]]) -> Any:
+    """The settings of `read_layers`' layers as one mapping (without their `extends`)."""
+    if len(layers) == 1:
+        return layers[0][1].data
+    merged: dict = {}
+    for _, doc in layers:
+        merged = _merged(merged, {k: v for k, v in (doc.data or {}).items() if k != "extends"})
+    return merged
+
+
+def _merged(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merged(base[k], v) if k in base else v for k, v in over.items()}}
+    return over
+
+
+def layer_of(layers: list[tuple[Path, Located]], loc: tuple) -> tuple[Path, Located]:
+    """The layer a setting comes from: the last that sets it (else the top one)."""
+    for path, doc in reversed(layers):
+        node = doc.data
+        for step in loc:
+            if isinstance(node, dict) and step in node or isinstance(node, list) and isinstance(step, int) and step < len(node):
+                node = node[step]
+            else:
+                break
+        else:
+            return path, doc
+    return layers[-1]

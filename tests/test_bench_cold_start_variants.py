@@ -37,7 +37,8 @@ def test_cold_start_rows_alter_the_configured_shares():
         return checked, mixed, altered, rows
 
     checked, mixed, altered, plain = counts()
-    assert (checked, mixed, altered) == (0, 0, {"double_checked": 0, "mixed_language": 0, "answer_only": 0})
+    assert (checked, mixed, altered) == (0, 0, {"double_checked": 0, "mixed_language": 0, "answer_only": 0,
+                                          "tool_episodes_unaltered": 0})
     assert [r["messages"][-1]["content"] for r in plain] == [
         assemble_response(p["reasoning"], tasks.default_math_answer(p["answer"], p["language"])) for p in problems]
     assert plain == world   # nothing altered: the world's rows as they are

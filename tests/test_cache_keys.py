@@ -72,3 +72,31 @@ def test_code_state_sees_edits_and_new_files_under_the_code_folders(tmp_path, mo
     pipeline.code_state.cache_clear()
     assert states[0] is None and states[1] is None        # clean, and a change outside the code folders
     assert states[2] and states[3] and states[2] != states[3]
+
+
+def test_a_users_environment_with_a_new_version_reruns_the_stages_and_evaluations_it_ran_in(key, tmp_path, monkeypatch):
+    import json
+    import sys
+
+    import flows.tasks as pipeline
+
+    (tmp_path / "key_envs.py").write_text(
+        "class Lockers:\n    version = 'lockers/1'\n    def reset(self, **kw): pass\n    def state(self): return {}\n"
+        "    def open_locker(self, number: int) -> str:\n        '''Open one.\n\n        Args:\n            number: Which.\n        '''\n        return '1'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = tmp_path / "prompts.jsonl"
+    rows.write_text(json.dumps({"kind": "tool", "environment": "key_envs:Lockers", "prompt": "open 1"}) + "\n")
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"kind": "math", "prompt": "1+1"}) + "\n")
+
+    def refs(path):
+        return {"general_prompts": DatasetRef(name="general_prompts", path=str(path), md5="same")}
+
+    def eval_key(path):
+        return pipeline.eval_cache_key(None, {"config": PipelineConfig(), "label": "general_rl", "suites": refs(path),
+                                              "checkpoint": CheckpointRef(path="/tmp/c", digest="sha256:c")})
+
+    before, before_eval = key(data=refs(rows)), eval_key(rows)
+    assert key(data=refs(plain)) == key(data=refs(tmp_path / "elsewhere.jsonl"))   # no environment, no key part
+    monkeypatch.setattr(sys.modules["key_envs"].Lockers, "version", "lockers/2")
+    assert key(data=refs(rows)) != before and eval_key(rows) != before_eval

@@ -229,3 +229,31 @@ def test_cli_run_exits_2_with_one_line_in_process(tmp_path, capsys, monkeypatch,
     _one_short_line(capsys.readouterr().err.strip())
     assert main(["run", "--config", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_a_config_extends_another_and_errors_name_the_layer_that_sets_the_field(tmp_path):
+    """`extends:` layers a config on another (mappings merged key by key, the rest replaced); an
+    error names the file and line of the layer that set the bad value; a cycle is refused."""
+    import shutil
+
+    from posttrain.config import ConfigError, load_config
+
+    (tmp_path / "pyproject.toml").touch()
+    shutil.copy(ROOT / "configs" / "smoke.yaml", tmp_path / "base.yaml")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nseed: 5\nworld: {seed: 9}\n"
+                                         "stages:\n  general_rl:\n    trainer: {max_steps: 0}\n")
+    with pytest.raises(ConfigError, match=r"child\.yaml:6: stages\.general_rl\.trainer\.max_steps"):
+        load_config(tmp_path / "child.yaml")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nseed: 5\nworld: {seed: 9}\n")
+    cfg = load_config(tmp_path / "child.yaml")
+    base = load_config(tmp_path / "base.yaml")
+    assert (cfg.seed, cfg.world.seed, cfg.world.math_train) == (5, 9, base.world.math_train)
+    assert cfg.stage("general_rl") == base.stage("general_rl")
+    text = (tmp_path / "base.yaml").read_text()
+    (tmp_path / "base.yaml").write_text(text.replace("  math_train: 400", "  math_train: -1"))
+    line = text.splitlines().index("  math_train: 400") + 1
+    with pytest.raises(ConfigError, match=rf"base\.yaml:{line}: world\.math_train"):
+        load_config(tmp_path / "child.yaml")
+    (tmp_path / "base.yaml").write_text("extends: child.yaml\n" + text)
+    with pytest.raises(ConfigError, match="which extends it back"):
+        load_config(tmp_path / "child.yaml")

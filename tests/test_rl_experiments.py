@@ -129,10 +129,15 @@ def test_parent_trains_on_the_cold_start_variant(tmp_path, monkeypatch):
     parent = rl_experiments.build_parent(str(config), {"answer_only_share": 1.0, "trainer.epochs": 1}, {})
     (stage_config, inputs), = trained
     rows = read_jsonl(Path(inputs.data["cold_start"].path))
-    assert len(rows) == 16 and all(is_answer_only(r["messages"][-1]["content"]) for r in rows)
+    world, episodes = [r for r in rows if r.get("kind") != "tool"], [r for r in rows if r.get("kind") == "tool"]
+    assert len(world) == 16 and all(is_answer_only(r["messages"][-1]["content"]) for r in world)
+    # the smoke cold start's tool episodes have no worked solution: kept as they are, and counted
+    demonstrations = read_jsonl(tmp_path / "data" / "world" / "tool_demonstrations.jsonl")[:4]
+    assert [r["messages"] for r in episodes] == [r["messages"] for r in demonstrations]
     assert stage_config.trainer.epochs == 1 and inputs.parent.digest == "base-digest"
     identity = json.loads((parent.parent / "identity.json").read_text())
     assert identity["variant"] == {"answer_only_share": 1.0} and identity["altered"]["answer_only"] == 16
+    assert identity["altered"]["tool_episodes_unaltered"] == 4
     assert rl_experiments.build_parent(str(config), {"answer_only_share": 1.0, "trainer.epochs": 1}, {}) == parent
     assert len(trained) == 1   # built once, then reused
     plain = rl_experiments.build_parent(str(config), {"trainer.epochs": 1}, {})

@@ -146,7 +146,8 @@ def _run(smoke, work, **trainer):
     data = prepare(cfg, root / "prepared", ("reasoning_rl",))
     return reasoning_rl.run(cfg.stage("reasoning_rl"), StageInputs(
         work_dir=str(work), data=data.for_stage("reasoning_rl"), model=cfg.base.settings(),
-        parent=base_checkpoint(cfg), seed=0))
+        parent=base_checkpoint(cfg), seed=0,
+        data_store=str(cfg.path(cfg.paths.data_store)), dvc_remote=str(cfg.path(cfg.paths.dvc_remote))))
 
 
 def test_rerun_continues_from_the_last_trainer_checkpoint_with_the_sampler_state(smoke, tmp_path, monkeypatch):

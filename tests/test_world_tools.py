@@ -59,8 +59,12 @@ def test_a_demonstration_trains_on_its_assistant_turns_only(tokenizer, tmp_path)
     masked = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
     assert masked.count("<tool_response>") == 2 and "Tools: get(key) set(key, value)" in masked
     assert f"<tool_response>\n{value}\n</tool_response>" in masked and "ok" in masked
-    # the markers are one token each, as in Qwen3's vocabulary
-    assert len(tokenizer("<tool_call></tool_response>", add_special_tokens=False)["input_ids"]) == 2
+    # with world.tool_markers, the markers are one token each, as in Qwen3's vocabulary
+    from posttrain.world.tokenizer import build_tokenizer
+
+    marked = build_tokenizer(tmp_path / "marked", tool_markers=True)
+    assert len(marked("<tool_call></tool_response>", add_special_tokens=False)["input_ids"]) == 2
+    assert len(tokenizer) == len(marked) - 4
     # the whole example is the conversation as the template renders it
     from posttrain.agents.training import shown_tools
 

@@ -45,6 +45,22 @@ def environment_versions(rows: list[dict]) -> dict[str, str]:
     return {f"environment/{name}": environment_class(name).version for name in tool_environments(rows)}
 
 
+def environment_versions_in(paths) -> dict[str, str]:
+    """The versions of the environments the rows of these JSONL files name: the stage and evaluation
+    cache keys read them, so a user's environment with a new `version` reruns what ran in it."""
+    import json
+    from pathlib import Path
+
+    rows = []
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        with open(path, encoding="utf-8") as lines:
+            rows += [row for line in lines if '"environment"' in line
+                     and isinstance(row := json.loads(line), dict) and row.get("kind") == "tool"]
+    return environment_versions(rows)
+
+
 def enable_tool_parsing(tokenizer, where: str) -> None:
     """Give the tokenizer the parser TRL reads tool calls with: TRL's own for the families it knows,
     Qwen3's for the embedded world's template (which renders Qwen3's tool layout). Refuses a

@@ -170,7 +170,7 @@ def _instruction_prompt(task: dict) -> dict:
 def build_tokenizer(cfg: PipelineConfig) -> None:
     from posttrain.world.tokenizer import build_tokenizer as build
 
-    build(WorldPaths(cfg.path(cfg.paths.world)).tokenizer)
+    build(WorldPaths(cfg.path(cfg.paths.world)).tokenizer, tool_markers=cfg.world.tool_markers)
 
 
 def build_base(cfg: PipelineConfig, which: str) -> dict:
