@@ -235,6 +235,8 @@ def read_layers(path: Path) -> list[tuple[Path, Located]]:
     seen: set[Path] = set()
     while True:
         doc = read_yaml(path)
+        if layers and not isinstance(doc.data, dict):
+            raise YamlConfigError(f"config {path} is extended by {layers[0][0]}, so it must be a mapping of settings")
         layers.insert(0, (path, doc))
         seen.add(path.resolve())
         parent = doc.data.get("extends") if isinstance(doc.data, dict) else None
@@ -242,8 +244,6 @@ def read_layers(path: Path) -> list[tuple[Path, Located]]:
             return layers
         if not isinstance(parent, str) or not parent.strip():
             raise YamlConfigError(f"config {path}:{doc.line(('extends',))}: `extends` must name a YAML file")
-        if len(layers) > 1 and not isinstance(layers[1][1].data, dict):
-            raise YamlConfigError(f"config {layers[1][0]} is extended, so it must be a mapping of settings")
         path = path.parent / parent
         if path.resolve() in seen:
             raise YamlConfigError(f"config {layers[0][0]} extends {path}, which extends it back")

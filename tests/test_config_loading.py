@@ -254,6 +254,9 @@ def test_a_config_extends_another_and_errors_name_the_layer_that_sets_the_field(
     line = text.splitlines().index("  math_train: 400") + 1
     with pytest.raises(ConfigError, match=rf"base\.yaml:{line}: world\.math_train"):
         load_config(tmp_path / "child.yaml")
+    (tmp_path / "base.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match=r"base\.yaml is extended by .*child\.yaml, so it must be a mapping"):
+        load_config(tmp_path / "child.yaml")
     (tmp_path / "base.yaml").write_text("extends: child.yaml\n" + text)
     with pytest.raises(ConfigError, match="which extends it back"):
         load_config(tmp_path / "child.yaml")
