@@ -192,7 +192,8 @@ def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
     data = prepare(cfg, tmp_path / "runs" / "prepared", ("reasoning_rl",))
     work = tmp_path / "runs" / "kill" / "reasoning_rl"
     inputs = StageInputs(parent=base_checkpoint(cfg), work_dir=str(work), seed=0, model=cfg.base.settings(),
-                         data=data.for_stage("reasoning_rl"))
+                         data=data.for_stage("reasoning_rl"), data_store=str(cfg.path(cfg.paths.data_store)),
+                         dvc_remote=str(cfg.path(cfg.paths.dvc_remote)))
     stage = cfg.stage("reasoning_rl")
     request = work / "launch" / "request.json"
     killed, failed = launch_killing_rank_1(stage, inputs, work, request)
@@ -224,7 +225,8 @@ def test_the_shipped_accelerate_profiles_run_on_cpu(tmp_path, profile):
     cfg, parent, inputs = cold_start_inputs(tmp_path, profile)
     launcher = LauncherConfig(kind="accelerate", config_file=f"configs/accelerate/{profile}.yaml", num_processes=2)
     result = launch("cold_start_sft", cfg.stage("cold_start_sft"), inputs, launcher)
-    assert result.train_metrics["loss"] > 0 and result.train_metrics["examples"] == 16, result.train_metrics
+    rows = inputs.data["cold_start"].rows
+    assert rows and result.train_metrics["loss"] > 0 and result.train_metrics["examples"] == rows, result.train_metrics
     model, _ = load_checkpoint(result.checkpoint, for_training=False)
     base, _ = load_checkpoint(parent, for_training=False)
     trained, before = dict(model.named_parameters()), dict(base.named_parameters())
