@@ -144,7 +144,7 @@ def evaluate(checkpoint: CheckpointRef | str | Path, cfg: PipelineConfig, *, sui
 
 def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]], desc: str,
               budget_curve: bool = False, reward_model: str | Path | None = None) -> EvalResult:
-    configs = cfg.data.suites()
+    configs = [s for s in cfg.data.suites() if s.name in rows]   # the suites asked for
     generations = suite_generations(model, tokenizer, cfg, rows, desc)
     metrics, per_item, samples = {}, {}, []
     for s in configs:
@@ -177,7 +177,7 @@ def suite_generations(model, tokenizer, cfg: PipelineConfig, rows: dict[str, lis
                       desc: str) -> dict[str, list[list[Generation]]]:
     """The replies to every suite's rows, drawn as the suite says (what score_suite scores)."""
     settings = cfg.base.settings()
-    configs = cfg.data.suites()
+    configs = [s for s in cfg.data.suites() if s.name in rows]   # the suites asked for
     batch = cfg.evaluation.batch_size
 
     def budget(s) -> int:

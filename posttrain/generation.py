@@ -216,16 +216,21 @@ def _hf_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, b
 
 
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
-           stop_ids: set[int], pick: TokenPicker, budget: _BudgetTracker | None = None) -> list[list[int]]:
+           stop_ids: set[int], pick: TokenPicker, budget: _BudgetTracker | None = None,
+           logprobs: list[list[float]] | None = None, logprob_temperature: float = 1.0) -> list[list[int]]:
     """Completion token ids of each left-padded row, each ending at its first stop id (included) or
     after max_new_tokens. A row that has stopped leaves the batch and its cache. With a thinking
-    budget, its forced tokens replace the picked ones."""
+    budget, its forced tokens replace the picked ones. Given a `logprobs` list, it is filled with
+    each row's log-probability of each of its tokens under softmax(logits / logprob_temperature),
+    the distribution TRL's trainer scores a completion with."""
     cache = _preallocated_cache(model, input_ids.shape[1] + max_new_tokens)
     cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     completions: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
     alive = list(range(input_ids.shape[0]))
     step_ids, mask = input_ids, attention_mask
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate: left padding shifts no position
+    if logprobs is not None:
+        logprobs[:] = [[] for _ in range(input_ids.shape[0])]
     for _ in range(max_new_tokens):
         logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                        logits_to_keep=1, **{cache_arg: cache}).logits[:, -1, :].float()
@@ -236,6 +241,10 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
             next_ids = torch.tensor(tokens, dtype=next_ids.dtype, device=next_ids.device)
         for row, token in zip(alive, tokens):
             completions[row].append(token)
+        if logprobs is not None:
+            drawn = torch.log_softmax(logits / logprob_temperature, dim=-1).gather(1, next_ids[:, None].to(logits.device))
+            for row, value in zip(alive, drawn.squeeze(1).tolist()):
+                logprobs[row].append(value)
         keep = [i for i, token in enumerate(tokens) if token not in stop_ids]
         if not keep:
             break

@@ -21,11 +21,13 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from posttrain.async_rollouts import AsyncRollouts, Lookahead, truncated_importance_weights
 from posttrain.config import ProblemSamplingConfig
 from posttrain.rewards import verify_row
 
 SAMPLER_STATE = "problem_sampler.json"
 ROLLOUT_BUFFER = "rollout_buffer.pt"
+ASYNC_STATE = "async_rollouts.json"
 
 
 def per_process(name: str) -> str:
@@ -234,6 +236,30 @@ class ProblemSampler(Sampler):
             self._resume = (state["copies_consumed"], [(list(chunk), copies) for chunk, copies in state["pending"]])
 
 
+class CloseRollouts(TrainerCallback):
+    """Stops the async generator process when training ends."""
+
+    def __init__(self, rollouts: AsyncRollouts):
+        self.rollouts = rollouts
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.rollouts.close()
+
+
+def async_rollouts_for(trainer_cfg) -> AsyncRollouts | None:
+    """The `rollout_func` of `rollouts: async`, or None (sync: the stage's own decoding)."""
+    if trainer_cfg.rollouts != "async":
+        return None
+    return AsyncRollouts(max_staleness=trainer_cfg.max_staleness, partial_rollout_tokens=trainer_cfg.partial_rollout_tokens,
+                         threads=trainer_cfg.rollout_threads, weight_sync_steps=trainer_cfg.weight_sync_steps)
+
+
+def off_policy_settings(trainer_cfg) -> dict:
+    """StageGRPOTrainer's keyword arguments for the trainer config's rollouts."""
+    return {"rollouts": async_rollouts_for(trainer_cfg), "importance_sampling": trainer_cfg.importance_sampling,
+            "importance_sampling_cap": trainer_cfg.importance_sampling_cap}
+
+
 class ResumeCheckpoint(TrainerCallback):
     """Writes what TRL's checkpoint lacks for an exact resume (the trainer's `save_resume_state`)
     into each trainer checkpoint."""
@@ -308,12 +334,21 @@ class StageGRPOTrainer(GRPOTrainer):
     trains as the uninterrupted one."""
 
     def __init__(self, *args, sampling: ProblemSamplingConfig | None = None, difficulty: list[int] | None = None,
-                 problem_stats: ProblemStats | None = None, monitor_kl: bool = False, **kwargs):
+                 problem_stats: ProblemStats | None = None, monitor_kl: bool = False,
+                 rollouts: AsyncRollouts | None = None, importance_sampling: str = "none",
+                 importance_sampling_cap: float = 2.0, **kwargs):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
             warnings.filterwarnings("ignore", message="You are using 'environment_factory'")
-            super().__init__(*args, rollout_func=decode_rollouts, **kwargs)
-        if not self._plain_generation():
+            super().__init__(*args, rollout_func=rollouts or decode_rollouts, **kwargs)
+        self.async_rollouts, self.importance_sampling = rollouts, importance_sampling
+        self.importance_sampling_cap = importance_sampling_cap
+        if rollouts is not None:
+            refused = self._async_refused()
+            if refused:
+                raise ValueError(f"rollouts: async: {refused}; use rollouts: sync")
+            self.add_callback(CloseRollouts(rollouts))
+        elif not self._plain_generation():
             self.rollout_func = None   # vLLM, ZeRO-3/FSDP or a history-reading processor: TRL generates
         self.add_callback(ResumeCheckpoint(self.save_resume_state))
         # Copied before any step, and before a resume loads its checkpoint: the starting policy.
@@ -339,7 +374,23 @@ class StageGRPOTrainer(GRPOTrainer):
         # a processor that reads each row's tokens so far (e.g. a repetition penalty) cannot follow rows out of the batch
         return not TokenPicker(model, probe, None, generation_config=self.generation_config, whole_batch=True).stateful
 
+    def _async_refused(self) -> str | None:
+        if self.tools:
+            return "tool episodes run in TRL's multi-turn tool loop, which generates in step with training"
+        if self.accelerator.num_processes > 1:
+            return (f"{self.accelerator.num_processes} processes: the generator sees one process's sampler; "
+                    "run the stage in one process")
+        if not self._plain_generation():
+            return "the model is sharded or a logits processor reads each row's history"
+        return None
+
     def _get_train_sampler(self, dataset=None) -> Sampler:
+        sampler = self._stage_sampler(dataset)
+        if self.async_rollouts is not None:
+            sampler = self.async_rollouts.lookahead = Lookahead(sampler, self.args.generation_batch_size)
+        return sampler
+
+    def _stage_sampler(self, dataset=None) -> Sampler:
         if self.problem_sampler is not None:
             return self.problem_sampler
         # TRL's sampler, in the same order, but resumable in any epoch (accelerate's dataloader calls
@@ -384,7 +435,44 @@ class StageGRPOTrainer(GRPOTrainer):
             uniform = (advantages == 0).all(dim=1).repeat_interleave(self.num_generations)
             out["completion_mask"] = out["completion_mask"] * (~uniform).unsqueeze(1).to(out["completion_mask"].dtype)
             metrics["groups/dropped"].append(uniform.float().mean().item())
+        if self.async_rollouts is not None and self.model.training:
+            self._off_policy_batch(out, metrics)
         return out
+
+    def _off_policy_batch(self, out: dict, metrics) -> None:
+        """Tag the batch with the oldest policy version that drew it, log how far generation ran
+        ahead, and weight each token's advantage by pi_current / pi_behaviour (truncated or masked at
+        the cap). Folding the weight into a per-token advantage is exactly TRL's own correction
+        (`per_token_loss * importance_sampling_ratio`, which TRL applies only on its vLLM path):
+        min(r * w * A, clip(r) * w * A) = w * min(r * A, clip(r) * A) for w >= 0, and the KL term is
+        added after it in both."""
+        last = self.async_rollouts.last
+        self._rollout_step = last["oldest"]
+        metrics["rollout/policy_step"][-1] = float(last["oldest"])
+        metrics["rollout/batch_staleness"].append(float(last["version"] - last["oldest"]))
+        metrics["rollout/version_spread"].append(float(last["version_spread"]))
+        metrics["rollout/wait_s"].append(last["wait_s"])
+        metrics["rollout/generate_s"].append(last["generate_s"])
+        metrics["rollout/hidden"].append(max(0.0, 1.0 - last["wait_s"] / last["generate_s"]) if last["generate_s"] else 0.0)
+        metrics["rollout/resumed_rows"].append(float(last["resumed_rows"]))
+        stats = self.async_rollouts.stats
+        metrics["rollout/stale_dropped"].append(float(stats.stale_dropped))
+        metrics["rollout/misses"].append(float(stats.misses))
+        behaviour = out.get("sampling_per_token_logps")
+        if behaviour is None:
+            return
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        with torch.no_grad():
+            proximal, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, ids, mask, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size)
+        weights, ratio = truncated_importance_weights(proximal, behaviour, out["completion_mask"].float(),
+                                                      mode=self.importance_sampling if self.importance_sampling != "none"
+                                                      else "token_truncate", cap=self.importance_sampling_cap)
+        for name, value in ratio.items():
+            metrics[f"rollout/is_ratio/{name}"].append(value)
+        if self.importance_sampling != "none":
+            out["advantages"] = out["advantages"].unsqueeze(1) * weights
 
     @torch.no_grad()
     def rollout_kl_to_anchor(self, batch: dict) -> float | None:
@@ -414,6 +502,10 @@ class StageGRPOTrainer(GRPOTrainer):
             target.with_suffix(".tmp").replace(target)
 
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if self.async_rollouts is not None:
+            state = json.dumps({"in_flight": self.async_rollouts.in_flight(), "batches": self.async_rollouts.stats.batches,
+                                "stale_dropped": self.async_rollouts.stats.stale_dropped})
+            replace(ASYNC_STATE, lambda tmp: tmp.write_text(state))
         if batches_consumed % self._generate_every() and self._buffered_inputs is not None:
             replace(ROLLOUT_BUFFER, lambda tmp: torch.save({"inputs": self._buffered_inputs,
                                                             "rollout_step": self._rollout_step}, tmp))
@@ -440,6 +532,11 @@ class StageGRPOTrainer(GRPOTrainer):
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
         if resume_from_checkpoint:
             self._continue_generation_schedule(Path(resume_from_checkpoint))
+            saved = Path(resume_from_checkpoint) / per_process(ASYNC_STATE)
+            if self.async_rollouts is not None and saved.is_file():
+                # what the generator held past the checkpoint is gone with its process: the sampler
+                # replays those batches (ProblemSampler's pending chunks, TRL's order), generated anew
+                self.async_rollouts.stats.in_flight_discarded = json.loads(saved.read_text())["in_flight"]
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _continue_generation_schedule(self, checkpoint_dir: Path) -> None:
@@ -460,19 +557,33 @@ class StageGRPOTrainer(GRPOTrainer):
         self._buffered_inputs, self._rollout_step = saved["inputs"], saved["rollout_step"]
 
 
-def policy_record(trainer_cfg, parent, resumed_from: str | None) -> dict[str, str]:
+def policy_record(trainer_cfg, parent, resumed_from: str | None, trainer=None) -> dict[str, str]:
     """Which policy generated the rollouts (pi_old) and which one anchors the KL term (pi_ref)."""
     on_policy = trainer_cfg.num_iterations == 1
-    return {
-        "rollout_policy": "current policy at each step (on-policy)" if on_policy else
-        f"policy at the step of generation, reused for {trainer_cfg.num_iterations} updates "
-        f"(see rollout/staleness in the log)",
+    rollout_policy = ("current policy at each step (on-policy)" if on_policy else
+                      f"policy at the step of generation, reused for {trainer_cfg.num_iterations} updates "
+                      f"(see rollout/staleness in the log)")
+    if trainer_cfg.rollouts == "async":
+        rollout_policy = (f"a generator process up to {trainer_cfg.max_staleness} policy versions behind "
+                          f"(rollout/batch_staleness), importance sampling {trainer_cfg.importance_sampling} at cap "
+                          f"{trainer_cfg.importance_sampling_cap}" + (f", partial rollouts of {trainer_cfg.partial_rollout_tokens} "
+                                                                      f"tokens per version" if trainer_cfg.partial_rollout_tokens else ""))
+    record = {
+        "rollout_policy": rollout_policy,
         "reference_policy": f"{parent.path} (digest {parent.digest[:12]}), frozen for the stage"
         if trainer_cfg.beta > 0 else "none: beta = 0, no KL term" + (
             f"; `kl` in the log is the rollout policy's drift from {parent.path} (digest {parent.digest[:12]})"
             if trainer_cfg.monitor_kl else ""),
         "resumed_from": resumed_from or "",
     }
+    rollouts = getattr(trainer, "async_rollouts", None)
+    if rollouts is not None:
+        stats = rollouts.stats
+        record["async_rollouts"] = (f"{stats.batches} batches, {stats.misses} generated on demand, {stats.stale_dropped} "
+                                    f"past max_staleness regenerated, {stats.in_flight_discarded} in flight at the "
+                                    f"checkpoint resumed from discarded; trainer waited {stats.wait_s:.1f} s of the "
+                                    f"generator's {stats.generate_s:.1f} s")
+    return record
 
 
 class HeldOutProbe(TrainerCallback):

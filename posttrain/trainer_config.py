@@ -207,9 +207,26 @@ class GRPOTrainerConfig(TrainingHardware):
     vllm_tensor_parallel_size: int = Field(1, ge=1, json_schema_extra=PLACEMENT)
     vllm_server_host: str | None = Field(None, json_schema_extra=PLACEMENT)   # `trl vllm-serve`'s address
     vllm_server_port: int = Field(8000, ge=1, le=65535, json_schema_extra=PLACEMENT)
+    # Rollouts ahead of training (posttrain.async_rollouts): a generator process decodes up to
+    # `max_staleness` generation batches ahead on a copy of the policy pushed every generation; a
+    # batch drawn further back never trains. Off-policy tokens are weighted by pi_current / pi_behaviour,
+    # truncated at importance_sampling_cap (token_truncate, TIS) or dropped above it (token_mask).
+    rollouts: Literal["sync", "async"] = "sync"
+    max_staleness: int = Field(1, ge=0, le=8)
+    importance_sampling: Literal["none", "token_truncate", "token_mask"] = "token_truncate"
+    importance_sampling_cap: float = Field(2.0, gt=1)
+    weight_sync_steps: int = Field(1, ge=1)   # push the policy to the generator every this many optimizer steps
+    partial_rollout_tokens: int | None = Field(None, ge=1)   # Kimi k1.5: decode at most this many tokens per policy version
+    rollout_threads: int = Field(1, ge=1, json_schema_extra=PLACEMENT)   # CPU threads of the generator process
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
+        if self.rollouts == "async" and self.use_vllm:
+            raise ValueError("rollouts async generates in its own process on the hf engine; with use_vllm TRL "
+                             "generates in step with training: pick one")
+        if self.rollouts == "sync" and self.partial_rollout_tokens is not None:
+            raise ValueError("partial_rollout_tokens cuts the generator's decoding between policy versions: it "
+                             "needs rollouts: async")
         if self.steps_per_generation is not None and self.generation_batch_size is not None:
             raise ValueError("steps_per_generation and generation_batch_size both set: TRL takes one of them")
         if self.generation_batch_size is not None and self.generation_batch_size % self.num_generations:

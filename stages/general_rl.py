@@ -20,7 +20,7 @@ from posttrain.live_metrics import follow
 from posttrain.reward_model import RewardModelScorer
 from posttrain.rewards.judge import build_judge
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
-from posttrain.rl import StageGRPOTrainer, policy_record
+from posttrain.rl import StageGRPOTrainer, off_policy_settings, policy_record
 from posttrain.rl_alerts import RLAlerts
 from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
@@ -56,7 +56,8 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
                                train_dataset=grpo_dataset(tokenizer, inputs.model.chat, rows, tools=tools.factories is not None),
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, monitor_kl=config.trainer.monitor_kl,
-                               peft_config=peft_config(config.trainer), environment_factory=tools.factories)
+                               peft_config=peft_config(config.trainer), environment_factory=tools.factories,
+                               **off_policy_settings(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     follow(trainer, inputs)
@@ -70,7 +71,7 @@ def run(config: GeneralRLConfig, inputs: StageInputs) -> StageResult:
     return StageResult(
         name="general_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], datasets_produced=tools.produced(inputs, "general_rl"), train_log=log,
-        verifier_versions={**VERIFIER_VERSIONS, **tools.versions}, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir),
+        verifier_versions={**VERIFIER_VERSIONS, **tools.versions}, policies=policy_record(config.trainer, inputs.parent, checkpoint_dir, trainer),
         alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(rows), forgeable_code_rows(rows)] if n],
         train_metrics={**sharding(trainer), **{f"{kind}_prompts": float(n) for kind, n in kinds.items()},
                        "no_think_prompts": float(sum(r.get("thinking") is False for r in rows)), **summary(

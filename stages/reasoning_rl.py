@@ -18,7 +18,7 @@ from posttrain.config import ReasoningRLConfig
 from posttrain.data.files import read_jsonl
 from posttrain.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
-from posttrain.rl import HeldOutProbe, ProblemStats, StageGRPOTrainer, policy_record
+from posttrain.rl import HeldOutProbe, ProblemStats, StageGRPOTrainer, off_policy_settings, policy_record
 from posttrain.rl_alerts import RLAlerts
 from posttrain.rl_rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
@@ -51,7 +51,8 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
                                args=grpo_args(config.trainer, work / "trainer", inputs.seed, weights),
                                processing_class=tokenizer, sampling=config.sampling,
                                difficulty=[int(p.get("difficulty", 1)) for p in problems], problem_stats=stats,
-                               monitor_kl=config.trainer.monitor_kl, peft_config=peft_config(config.trainer))
+                               monitor_kl=config.trainer.monitor_kl, peft_config=peft_config(config.trainer),
+                               **off_policy_settings(config.trainer))
     alerts = RLAlerts(config.alerts)
     trainer.add_callback(alerts)
     follow(trainer, inputs)
@@ -70,7 +71,7 @@ def run(config: ReasoningRLConfig, inputs: StageInputs) -> StageResult:
         name="reasoning_rl", checkpoint=checkpoint, parent=inputs.parent, adapter=adapter,
         datasets_consumed=[source], datasets_produced=tools.produced(inputs, "reasoning_rl"), train_log=log,
         verifier_versions={**VERIFIER_VERSIONS, **tools.versions},
-        policies=policy_record(config.trainer, inputs.parent, checkpoint_dir), alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(problems), forgeable_code_rows(problems)] if n],
+        policies=policy_record(config.trainer, inputs.parent, checkpoint_dir, trainer), alerts=[a["message"] for a in alerts.fired] + [n for n in [unguarded_code_rows(problems), forgeable_code_rows(problems)] if n],
         train_metrics={**sharding(trainer), "prompts": len(problems), **summary(
             log, ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
                   "completions/clipped_ratio", "kl", "groups/all_correct", "groups/all_wrong", "groups/mixed",

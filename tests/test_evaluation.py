@@ -33,3 +33,22 @@ def test_pass_at_one_over_samples_is_the_items_mean():
     _, per_item = score_suite(_suite(sampling={"samples": 4}), ROWS[:1],
                               [[Generation(RIGHT, 20, False)] * 3 + [Generation("no box", 5, False)]])
     assert per_item["math/accuracy"] == [0.75]
+
+
+def test_evaluate_scores_only_the_suites_it_is_given(tokenizer, tmp_path):
+    """`evaluate(..., suites=...)` on a config naming more suites: the ones given, no KeyError for the rest."""
+    from posttrain.config import load_config
+    from posttrain.data.files import write_jsonl
+    from posttrain.evaluation import evaluate
+    from posttrain.schema import DatasetRef
+    from test_rl_resume import _tiny_model
+
+    write_jsonl(ROWS, tmp_path / "math.jsonl")
+    (tmp_path / "c.yaml").write_text(
+        "name: t\nevaluation: {max_new_tokens: 8}\ndata:\n  eval:\n"
+        "    - {name: math, kind: math, sources: {path: math.jsonl}}\n"
+        "    - {name: other, kind: math, sources: {path: math.jsonl}}\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    given = {"other": DatasetRef(name="other", path=str(tmp_path / "math.jsonl"), md5="x")}
+    result = evaluate("unused", cfg, suites=given, model=_tiny_model(tokenizer).eval(), tokenizer=tokenizer)
+    assert "other/accuracy" in result.metrics and not any(k.startswith("math/") for k in result.metrics)

@@ -47,6 +47,18 @@ class Run:
     killed: bool
 
 
+def digits_reward(stats, generations: list):
+    """Pays for the share of digits: a random model writes a few, so groups differ, gradients are
+    non-zero and the prioritized sampler sees success rates move. Records (step, problem of each
+    group) in `generations`."""
+    def digits(completions, problem_index, trainer_state, **_):
+        rewards = [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+        stats.record(list(problem_index), rewards, 2, [len(c) for c in completions], ["digits"] * len(rewards))
+        generations.append((trainer_state.global_step, list(problem_index[::2])))
+        return rewards
+    return digits
+
+
 def _train(tokenizer, work, strategy: str, num_iterations: int, *, max_steps: int = 7, kill_after: int = 0) -> Run:
     """An RL run the way the stages drive the trainer (reasoning RL: our sampler with `strategy`,
     restored before training from the last checkpoint; general RL, strategy "trl": TRL's shuffled
@@ -60,14 +72,7 @@ def _train(tokenizer, work, strategy: str, num_iterations: int, *, max_steps: in
 
     stats = ProblemStats([f"b{i % 2}" for i in range(PROMPTS)])
     generations = []
-
-    def digits(completions, problem_index, trainer_state, **_):
-        # Pays for the share of digits: a random model writes a few, so groups differ, gradients are
-        # non-zero and the prioritized sampler sees success rates move.
-        rewards = [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
-        stats.record(list(problem_index), rewards, 2, [len(c) for c in completions], ["digits"] * len(rewards))
-        generations.append((trainer_state.global_step, list(problem_index[::2])))
-        return rewards
+    digits = digits_reward(stats, generations)
 
     cfg = GRPOTrainerConfig(max_steps=max_steps, prompts_per_step=2, num_generations=2, max_completion_length=8,
                             save_steps=1, learning_rate=1e-2, num_iterations=num_iterations,
