@@ -76,6 +76,14 @@ def with_and_without(cfg, run: Path) -> dict:
     return out
 
 
+def paid_share(trajectories: Path) -> float | None:
+    """The share of the stage's training episodes its tool reward paid (their recorded scores)."""
+    if not trajectories.is_file():
+        return None
+    scores = [json.loads(line)["score"] for line in trajectories.read_text().splitlines() if line.strip()]
+    return sum(scores) / len(scores) if scores else None
+
+
 def general_rl_seeds(cfg, run: Path, seeds: list[int], out: Path) -> tuple[dict, dict]:
     from stages import general_rl
 
@@ -100,9 +108,10 @@ def general_rl_seeds(cfg, run: Path, seeds: list[int], out: Path) -> tuple[dict,
             evaluation = evaluate(result.checkpoint, cfg, suites=data.suites, desc=f"general RL seed {seed}")
             done.write_text(json.dumps({
                 "wall_s": wall, "alerts": result.alerts, "episodes": result.datasets_produced[0].rows if result.datasets_produced else 0,
-                "paid_tool": result.train_metrics.get("reward_by_kind/tool"), "metrics": evaluation.metrics,
-                "per_item": evaluation.per_item}))
-        per_seed[seed] = {"general_rl": json.loads(done.read_text()), "fusion": baseline}
+                "metrics": evaluation.metrics, "per_item": evaluation.per_item}))
+        record = json.loads(done.read_text())
+        record["paid_tool"] = paid_share(out / f"seed{seed}" / "trajectories.jsonl")
+        per_seed[seed] = {"general_rl": record, "fusion": baseline}
         print(json.dumps({seed: {m: per_seed[seed]["general_rl"]["metrics"].get(m) for m in METRICS}}), flush=True)
     return per_seed, baseline
 
@@ -143,7 +152,7 @@ def markdown(part1: dict, summary: dict, per_seed: dict, meta: dict) -> str:
         for seed, arms in per_seed.items():
             a = arms["general_rl"]
             lines.append(f"| {seed} | " + " | ".join(f"{a['metrics'][m]:.3f}" for m in metrics)
-                         + f" | {a['paid_tool'] or 0:.3f} | {a['episodes']} | {a['wall_s']:.0f} | {'; '.join(a['alerts']) or '–'} |")
+                         + f" | {'–' if a['paid_tool'] is None else format(a['paid_tool'], '.3f')} | {a['episodes']} | {a['wall_s']:.0f} | {'; '.join(a['alerts']) or '–'} |")
     return "\n".join(lines) + "\n"
 
 
