@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,12 +30,15 @@ from posttrain.checkpoint import directory_digest  # noqa: E402
 from posttrain.evaluation import evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
+# On 2 cores: sync trains and generates on both in turn; async gives the trainer one and the
+# generator process the other.
+ASYNC = {"trainer.rollouts": "async", "trainer.threads": 1, "trainer.rollout_threads": 1}
 ARMS: dict[str, dict] = {
-    "sync": {},
-    "async_s1": {"trainer.rollouts": "async", "trainer.max_staleness": 1},
-    "async_s2": {"trainer.rollouts": "async", "trainer.max_staleness": 2},
-    "async_s2_no_is": {"trainer.rollouts": "async", "trainer.max_staleness": 2, "trainer.importance_sampling": "none"},
-    "async_s2_partial": {"trainer.rollouts": "async", "trainer.max_staleness": 2, "trainer.partial_rollout_tokens": 48},
+    "sync": {"trainer.threads": 2},
+    "async_s1": {**ASYNC, "trainer.max_staleness": 1},
+    "async_s2": {**ASYNC, "trainer.max_staleness": 2},
+    "async_s2_no_is": {**ASYNC, "trainer.max_staleness": 2, "trainer.importance_sampling": "none"},
+    "async_s2_partial": {**ASYNC, "trainer.max_staleness": 2, "trainer.partial_rollout_tokens": 48},
 }
 LOGGED = ("reward", "kl", "rollout/hidden", "rollout/wait_s", "rollout/generate_s", "rollout/batch_staleness",
           "rollout/is_ratio/mean", "rollout/is_ratio/max", "rollout/is_ratio/clipped", "rollout/is_ratio/abs_log_diff",
@@ -103,12 +107,11 @@ def main() -> None:
     args = parser.parse_args()
     import platform
 
-    extra = {"stages.reasoning_rl.trainer.max_steps": args.steps, "stages.reasoning_rl.probe_every": 0,
-             "stages.reasoning_rl.trainer.threads": 1}
+    extra = {"stages.reasoning_rl.trainer.max_steps": args.steps, "stages.reasoning_rl.probe_every": 0}
     parent = CheckpointRef(path=str(args.parent.absolute()), digest=directory_digest(args.parent))
     runs = [run(args.config, parent, arm, seed, extra, not args.no_evaluate) for arm in args.arms for seed in args.seeds]
     meta = {"command": "`.venv/bin/python " + " ".join(sys.argv) + "`", "parent": str(args.parent), "steps": args.steps,
-            "seeds": args.seeds, "machine": f"{platform.processor() or platform.machine()}, torch threads 1 + 1"}
+            "seeds": args.seeds, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"}
     if args.record:
         args.record.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
         args.record.with_suffix(".md").write_text(markdown(runs, meta))
