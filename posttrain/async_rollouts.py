@@ -23,7 +23,7 @@ import atexit
 import queue
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import Sampler
@@ -237,6 +237,10 @@ class Lookahead(Sampler):
             self._handed.append(batch)
             yield from batch
 
+    def handed(self) -> list[list[int]]:
+        """The batches the dataloader has taken and nobody has claimed yet, oldest first."""
+        return list(self._handed)
+
     def claim(self, indices: list[int]) -> bool:
         while self._handed:
             if self._handed.popleft() == indices:
@@ -265,7 +269,6 @@ class AsyncStats:
     wait_s: float = 0.0          # the trainer waiting for the generator
     generate_s: float = 0.0      # the generator decoding
     in_flight_discarded: int = 0  # generated or submitted ahead when the run was stopped (set on resume)
-    history: list[dict] = field(default_factory=list)
 
 
 class AsyncRollouts:
@@ -332,7 +335,6 @@ class AsyncRollouts:
                      "generate_s": rollout.generate_s, "pieces": rollout.pieces, "resumed_rows": rollout.resumed_rows,
                      "version_spread": max(v for row in rollout.versions for v in row) - rollout.oldest_version()
                      if any(rollout.versions) else 0}
-        self.stats.history.append(self.last)
         return {"prompt_ids": prompt_ids, "completion_ids": rollout.completion_ids, "logprobs": rollout.logprobs}
 
     def _push(self, version: int, model) -> None:
@@ -342,7 +344,7 @@ class AsyncRollouts:
     def _claim(self, prompt_ids: list[list[int]], trainer) -> list[int] | None:
         if self.lookahead is None:
             return None
-        for indices in list(self.lookahead._handed):
+        for indices in self.lookahead.handed():
             if self._prompt_ids(trainer, indices) == prompt_ids:
                 self.lookahead.claim(indices)
                 return indices
