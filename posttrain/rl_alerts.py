@@ -1,7 +1,7 @@
 """Health checks on every logged RL step (`RLAlerts`, a TrainerCallback of both RL stages): a
 diverged loss, KL past its bound, no reward at all, truncation, training paid otherwise than
-evaluation scores, uniform groups, and the reward model's score rising while the independent check
-of the same replies falls (Goodhart)."""
+evaluation scores, uniform groups, rollouts drawn far from the trained policy, and the reward
+model's score rising while the independent check of the same replies falls (Goodhart)."""
 from __future__ import annotations
 
 import math
@@ -12,6 +12,8 @@ from transformers import TrainerCallback
 from posttrain.config import RLAlertsConfig
 
 EVAL_DISAGREEMENT = "reward/eval_disagreement"   # logged by posttrain.rl_rewards.EvalDisagreement
+# mean |log-prob difference| between the trained and the behaviour policy: async rollouts' and TRL's vLLM path's
+LOGPROB_MISMATCH = ("rollout/is_ratio/abs_log_diff", "sampling/sampling_logp_difference/mean")
 
 
 def _pooled(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
@@ -80,6 +82,13 @@ class RLAlerts(TrainerCallback):
                           f"evaluation scores them (> alerts.eval_disagreement_max "
                           f"{self.cfg.eval_disagreement_max:.0%}) at step {step}: training and evaluation disagree "
                           "about the same replies (decoding, truncation or the pre-filled part differ)"))
+        for key in LOGPROB_MISMATCH:
+            gap = logs.get(key)
+            if gap is not None and self.cfg.logprob_mismatch_max is not None and gap > self.cfg.logprob_mismatch_max:
+                found.append(("logprob_mismatch", f"{key} {gap:.3f} > alerts.logprob_mismatch_max "
+                              f"{self.cfg.logprob_mismatch_max} at step {step}: the rollouts were drawn by a policy far "
+                              "from the one trained (stale weights or an engine that samples otherwise); lower "
+                              "trainer.max_staleness, sync weights more often, or check the engine's dtype"))
         goodhart = self.goodhart(step, logs)
         if goodhart:
             found.append(("goodhart", goodhart))

@@ -62,6 +62,9 @@ class RLAlertsConfig(Strict):
     eval_disagreement_max: float = Field(0.01, ge=0, le=1)
     truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
     uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
+    # mean |log pi_trainer - log pi_behaviour| per completion token: rollouts drawn by a policy (or an
+    # engine) other than the one trained, async rollouts' or TRL's vLLM path's
+    logprob_mismatch_max: float | None = Field(0.1, gt=0)
     # Goodhart: the reward model's raw score rose while the independent check of the same replies fell
     # by at least `goodhart_drop`, the latest half of `goodhart_window` logged steps against the half
     # before it and against the run's first half window; `goodhart_confidence` is the score test's and,

@@ -144,6 +144,23 @@ def test_alerts_fire_once_per_kind_with_the_step_and_the_bound():
     assert len(seen) == 4  # the second KL excess (step 4) is not repeated
 
 
+def test_logprob_mismatch_alerts_on_async_and_vllm_rollouts():
+    from posttrain.config import RLAlertsConfig
+    from posttrain.rl_alerts import RLAlerts
+
+    alerts = RLAlerts(RLAlertsConfig(logprob_mismatch_max=0.1), log=lambda _: None)
+    state = type("State", (), {"global_step": 0})()
+    for step, logs in enumerate([{"rollout/is_ratio/abs_log_diff": 0.05}, {"sampling/sampling_logp_difference/mean": 0.3},
+                                 {"rollout/is_ratio/abs_log_diff": 0.4}], start=1):
+        state.global_step = step
+        alerts.on_log(None, state, None, logs=logs)
+    assert [(a["kind"], a["step"]) for a in alerts.fired] == [("logprob_mismatch", 2)]
+    assert "alerts.logprob_mismatch_max 0.1" in alerts.fired[0]["message"]
+    quiet = RLAlerts(RLAlertsConfig(logprob_mismatch_max=None), log=lambda _: None)
+    quiet.on_log(None, state, None, logs={"rollout/is_ratio/abs_log_diff": 5.0})
+    assert quiet.fired == []
+
+
 def test_fail_action_and_non_finite_loss_stop_training():
     from posttrain.config import RLAlertsConfig
     from posttrain.rl_alerts import RLAlerts, TrainingAlert
