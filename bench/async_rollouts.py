@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_experiments import arm_config, t_interval  # noqa: E402
 from stage_data import prepared_data, stage_inputs  # noqa: E402
 
-from posttrain.checkpoint import directory_digest  # noqa: E402
-from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest  # noqa: E402
+from posttrain.evaluation.suites import evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
 # On 2 cores: sync trains and generates on both in turn; async gives the trainer one and the
@@ -72,7 +72,7 @@ def markdown(runs: list[dict], meta: dict) -> str:
              f"Parent `{meta['parent']}`, {meta['steps']} reasoning-RL steps per run, seeds {meta['seeds']}, "
              f"machine {meta['machine']}. Mean and 95% t-interval over seeds.", "",
              "| arm | s / step | hidden share of generation | trainer wait s / step | staleness | IS ratio mean | IS max | "
-             "clipped | reward | held-out math |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "clipped | reward | KL to start | held-out math |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(values):
         if not values:
@@ -90,7 +90,7 @@ def markdown(runs: list[dict], meta: dict) -> str:
         lines.append(f"| {arm} | {cell([r['s_per_step'] for r in mine])} | {cell(means('rollout/hidden'))} | "
                      f"{cell(means('rollout/wait_s'))} | {cell(means('rollout/batch_staleness'))} | "
                      f"{cell(means('rollout/is_ratio/mean'))} | {cell(means('rollout/is_ratio/max'))} | "
-                     f"{cell(means('rollout/is_ratio/clipped'))} | {cell(means('reward'))} | "
+                     f"{cell(means('rollout/is_ratio/clipped'))} | {cell(means('reward'))} | {cell(means('kl'))} | "
                      f"{cell([r['math/accuracy'] for r in mine if 'math/accuracy' in r])} |")
     return "\n".join(lines) + "\n"
 

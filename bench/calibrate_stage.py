@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own mod
 
 from stage_data import prepared_data, stage_inputs  # noqa: E402
 
-from posttrain.checkpoint import directory_digest  # noqa: E402
-from posttrain.config import STAGES, load_config  # noqa: E402
-from posttrain.evaluation import evaluate  # noqa: E402
-from posttrain.gates import paired_interval  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest  # noqa: E402
+from posttrain.config.pipeline import STAGES
+from posttrain.config.loading import load_config  # noqa: E402
+from posttrain.evaluation.suites import evaluate  # noqa: E402
+from posttrain.evaluation.gates import paired_interval  # noqa: E402
 from posttrain.schema import CheckpointRef, RunReport  # noqa: E402
 
 

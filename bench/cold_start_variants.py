@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from posttrain.chat import assemble_response, parse_response
-from posttrain.config import PipelineConfig
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.data.files import DatasetError, file_md5, write_jsonl
 from posttrain.data.sources import SourceConfig, read_source
 from posttrain.world.reflection import answer_only, with_check

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stage_data import arms_plot, mean_ci, paired_against, prepared_data, stage_inputs  # noqa: E402
 
-from posttrain.checkpoint import directory_digest, load_checkpoint, save_checkpoint  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest, load_checkpoint, save_checkpoint  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
 from posttrain.data.files import read_jsonl  # noqa: E402
-from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.evaluation.suites import evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
 ARMS = ("off_policy", "on_policy", "student_rl")

@@ -33,8 +33,10 @@ from posttrain.env import configure_offline  # noqa: E402
 
 configure_offline()
 
-from posttrain.config import STAGES, GateConfig, GatesConfig, RegressionCheck, load_config  # noqa: E402
-from posttrain.gates import carried_checks, judge  # noqa: E402
+from posttrain.config.pipeline import STAGES
+from posttrain.config.gates import GateConfig, GatesConfig, RegressionCheck
+from posttrain.config.loading import load_config  # noqa: E402
+from posttrain.evaluation.gates import carried_checks, judge  # noqa: E402
 from posttrain.schema import EvalResult  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -51,7 +53,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def train_and_evaluate(cfg, seeds: list[int], epochs: float, out: Path) -> dict[int, EvalResult]:
     from flows.chain import base_checkpoint
-    from posttrain.evaluation import evaluate
+    from posttrain.evaluation.suites import evaluate
     from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import ensure_world

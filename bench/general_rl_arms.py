@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stage_data import arms_plot, mean_ci, paired_against, prepared_data, stage_inputs  # noqa: E402
 
-from posttrain.checkpoint import directory_digest  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
 from posttrain.data.files import file_md5, read_jsonl, write_jsonl  # noqa: E402
-from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.evaluation.suites import evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef, DatasetRef  # noqa: E402
 
 ARMS = ("rules", "reward_model", "judge")
@@ -50,7 +50,7 @@ def without_open(source: DatasetRef, out: Path) -> DatasetRef:
 
 
 def arm_config(cfg, arm: str, judge: Path | None):
-    from posttrain.rl_config import JudgeConfig
+    from posttrain.config.rl import JudgeConfig
     from posttrain.world.open_tasks import JUDGE_MAX_NEW_TOKENS, JUDGE_TEMPLATE
 
     base = cfg.stage("general_rl")

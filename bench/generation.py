@@ -1,4 +1,4 @@
-"""Evaluation-style generation: our sampling loop (posttrain/generation.py) against transformers'
+"""Evaluation-style generation: our sampling loop (posttrain/generation/engines.py) against transformers'
 `model.generate` as the project used it before (left-padded batches of 64, DynamicCache), on the
 held-out suites of a pipeline config, greedy, interleaved in one process so both see the same
 machine load. Checks that both give the same replies token for token.
@@ -24,9 +24,9 @@ import torch  # noqa: E402
 
 from posttrain import generation  # noqa: E402
 from posttrain.chat import render_prompt  # noqa: E402
-from posttrain.checkpoint import load_checkpoint  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import row_mode, suite_rows  # noqa: E402
+from posttrain.registry.checkpoint import load_checkpoint  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
+from posttrain.evaluation.suites import row_mode, suite_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

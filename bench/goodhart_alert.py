@@ -48,10 +48,10 @@ def _ref(name: str, path: Path):
 
 
 def arm(name: str, pairs: list[dict], run: Path, work: Path, args) -> dict:
-    from posttrain.config import GeneralRLConfig, PipelineConfig, RewardModelConfig, RewardModelTrainerConfig
-    from posttrain.rl_config import RewardWeights, RLAlertsConfig
+    from posttrain.config.pipeline import GeneralRLConfig, PipelineConfig, RewardModelConfig, RewardModelTrainerConfig
+    from posttrain.config.rl import RewardWeights, RLAlertsConfig
     from posttrain.schema import CheckpointRef, StageInputs
-    from posttrain.trainer_config import GRPOTrainerConfig
+    from posttrain.config.trainers import GRPOTrainerConfig
     from stages import general_rl, reward_model
 
     settings = PipelineConfig().base.settings()
@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     from stage_data import prepared_data
 
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     data = prepared_data(load_config(ROOT / "configs" / "default.yaml"), ("reward_model", "general_rl"))
     args.prepared_prompts = data.for_stage("general_rl")["general_prompts"].path

@@ -1,6 +1,6 @@
 """How often the Goodhart alert fires when nothing is exploited, and how soon when something is.
 
-Simulated general RL runs fed to `posttrain.rl_alerts.RLAlerts` step by step, as the trainer's logs feed it:
+Simulated general RL runs fed to `posttrain.rl.alerts.RLAlerts` step by step, as the trainer's logs feed it:
 each logged step carries the reward model's raw score (rising by a drift plus noise, as it does when
 the policy learns) and the independent check of that step's open replies: 1 to 4 prompts a step (the
 counts `make run`'s general RL logged), 8 replies each, each prompt with its own pass rate around the
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from posttrain.rewards.model_based import CHECKED, CHECKED_REPLIES, RAW_SCORE  # noqa: E402
-from posttrain.rl_alerts import RLAlerts  # noqa: E402
-from posttrain.rl_config import RLAlertsConfig  # noqa: E402
+from posttrain.rl.alerts import RLAlerts  # noqa: E402
+from posttrain.config.rl import RLAlertsConfig  # noqa: E402
 
 # (raw score, independent check, replies checked) of each logged step of `make run`'s general RL,
 # run ec6e8037 (commit 8c3b18a); its held-out open check rose 0.26 -> 0.56. Steps without an open

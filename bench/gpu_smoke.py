@@ -178,8 +178,8 @@ def _generation_rate(checkpoint, settings, device: str, prompts: int, max_new_to
     import torch
 
     from posttrain.chat import user_turn
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.generation import generate_replies
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.generation.engines import generate_replies
 
     model, tokenizer = load_checkpoint(checkpoint, for_training=False, settings=settings)
     model.to(device)
@@ -208,8 +208,8 @@ def _zero2(cfg, inputs, device: str, steps: int) -> dict:
         return {"skipped": "DeepSpeed is not installed here (bench/gpu_smoke.sh fetch carries its wheel)"}
     import torch
 
-    from posttrain.launcher import launch
-    from posttrain.trainer_config import LauncherConfig
+    from posttrain.training.launcher import launch
+    from posttrain.config.trainers import LauncherConfig
 
     processes = max(1, torch.cuda.device_count()) if device == "cuda" else 2
     launcher = LauncherConfig(kind="accelerate", config_file="configs/accelerate/zero2.yaml", num_processes=processes,
@@ -244,8 +244,8 @@ def run(device: str, out: Path, hidden: int, layers: int, sft_steps: int, rl_ste
         import transformers
         import trl
 
-        from posttrain.checkpoint import directory_digest
-        from posttrain.config import load_config
+        from posttrain.registry.checkpoint import directory_digest
+        from posttrain.config.loading import load_config
         from posttrain.data.prepared import prepare
         from posttrain.schema import CheckpointRef, StageInputs
         from stages import cold_start_sft, reasoning_rl

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own mod
 
 from stage_data import by_group, math_rows, thinking_replies  # noqa: E402
 
-from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest, load_checkpoint  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
 from posttrain.rewards import verify_row  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def generate(run: Path, config: Path, out: Path) -> None:
-    from posttrain.config import load_config
-    from posttrain.evaluation import suite_generations, suite_rows
-    from posttrain.generation import load_generator, release
+    from posttrain.config.loading import load_config
+    from posttrain.evaluation.suites import suite_generations, suite_rows
+    from posttrain.generation.engines import load_generator, release
     from posttrain.schema import RunReport
 
     cfg = load_config(config)
@@ -55,9 +55,9 @@ def generate(run: Path, config: Path, out: Path) -> None:
 
 
 def score(replies_file: Path, config: Path, out: Path) -> None:
-    from posttrain.config import load_config
-    from posttrain.evaluation import score_suite, suite_rows
-    from posttrain.generation import Generation
+    from posttrain.config.loading import load_config
+    from posttrain.evaluation.suites import score_suite, suite_rows
+    from posttrain.generation.engines import Generation
     from posttrain.rewards import VERIFIER_VERSIONS
 
     cfg = load_config(config)

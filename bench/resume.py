@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
-from posttrain.config import STAGES  # noqa: E402
+from posttrain.config.pipeline import STAGES  # noqa: E402
 from posttrain.schema import RunReport  # noqa: E402
 
 TARGET_S_PER_REUSED = 5.0
@@ -172,7 +172,7 @@ def main() -> None:
         base = Path(tmp)
         prefect_home = base / "prefect-home"
         template = _project(base, "template", config, None)
-        from posttrain.config import load_config
+        from posttrain.config.loading import load_config
         from posttrain.world.build import ensure_world
 
         ensure_world(load_config(template / "smoke.yaml"), log=lambda *_: None)

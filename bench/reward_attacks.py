@@ -54,16 +54,16 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
 from posttrain.chat import DOC_END, IM_END, IM_START, PAD, ChatConfig, assemble_response, parse_response, to_canonical  # noqa: E402,E501
-from posttrain.config import EvalSuiteConfig, load_config  # noqa: E402
-from posttrain.evaluation import score_suite  # noqa: E402
-from posttrain.generation import Generation, _stop_ids  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
+from posttrain.config.pipeline import EvalSuiteConfig  # noqa: E402
+from posttrain.evaluation.suites import score_suite  # noqa: E402
+from posttrain.generation.engines import Generation, _stop_ids  # noqa: E402
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row  # noqa: E402
 from posttrain.rewards.code_sandbox import sandbox_info  # noqa: E402
-from posttrain.rl import ProblemStats  # noqa: E402
-from posttrain.rl_rewards import stage_rewards  # noqa: E402
-from posttrain.trainers import grpo_dataset, reward_settings  # noqa: E402
+from posttrain.rl.sampling import ProblemStats  # noqa: E402
+from posttrain.rl.rewards import stage_rewards  # noqa: E402
+from posttrain.training.trainers import grpo_dataset, reward_settings  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 TASK_REWARDS = ("correctness", "instruction", "code")

@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))   # the bench's own mod
 from cold_start_variants import split_settings, write_variant  # noqa: E402
 from stage_data import by_group, math_rows, prepared_data, stage_inputs, thinking_replies  # noqa: E402
 
-from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
-from posttrain.evaluation import evaluate  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest, load_checkpoint  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
+from posttrain.evaluation.suites import evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -261,11 +261,11 @@ def run_rs_sft_arm(config_path: str, parent: CheckpointRef, seed: int, extra: di
     import torch
     from trl import SFTTrainer
 
-    from posttrain.checkpoint import save_checkpoint
-    from posttrain.config import SFTTrainerConfig
+    from posttrain.registry.checkpoint import save_checkpoint
+    from posttrain.config.trainers import SFTTrainerConfig
     from posttrain.data.files import read_jsonl
-    from posttrain.generation import generate_replies
-    from posttrain.trainers import require_rows, sft_args, sft_dataset
+    from posttrain.generation.engines import generate_replies
+    from posttrain.training.trainers import require_rows, sft_args, sft_dataset
     from stages.rejection_sampling import rejection_reason
 
     cfg = arm_config(config_path, {}, extra)

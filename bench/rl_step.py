@@ -31,10 +31,10 @@ from stage_data import prepared_data, stage_inputs  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from posttrain.chat import with_switch  # noqa: E402
-from posttrain.checkpoint import directory_digest, load_checkpoint  # noqa: E402
-from posttrain.config import load_config  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest, load_checkpoint  # noqa: E402
+from posttrain.config.loading import load_config  # noqa: E402
 from posttrain.data.files import read_jsonl  # noqa: E402
-from posttrain.rl import StageGRPOTrainer  # noqa: E402
+from posttrain.rl.trainer import StageGRPOTrainer  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -26,9 +26,9 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from posttrain.config import load_config
-    from posttrain.trainer_config import SFTTrainerConfig
-    from posttrain.trainers import sft_args, sft_dataset
+    from posttrain.config.loading import load_config
+    from posttrain.config.trainers import SFTTrainerConfig
+    from posttrain.training.trainers import sft_args, sft_dataset
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, type=Path, help="a run with mode_fusion_sft (its fusion_mix.jsonl)")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.config import PipelineConfig
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.data.files import read_jsonl
-from posttrain.evaluation import by_field
-from posttrain.generation import Generation, generate_replies
+from posttrain.evaluation.suites import by_field
+from posttrain.generation.engines import Generation, generate_replies
 from posttrain.data.prepared import PreparedData, load_suites, prepare
 from posttrain.schema import CheckpointRef, StageInputs
 
@@ -72,7 +72,7 @@ def mean_ci(values: list[float]) -> tuple[float, float, float]:
 
 def paired_against(per_seed: dict, arm: str, baseline: str, metrics, confidence: float) -> dict:
     """Per metric: the arm's item-level scores against the baseline arm's, pooled over seeds (paired interval)."""
-    from posttrain.gates import paired_interval
+    from posttrain.evaluation.gates import paired_interval
 
     out = {}
     for metric in metrics:

@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stage_data import arms_plot, mean_ci, paired_against, prepared_data, stage_inputs  # noqa: E402
 
-from posttrain.checkpoint import directory_digest  # noqa: E402
-from posttrain.config import EvalSuiteConfig, load_config  # noqa: E402
-from posttrain.evaluation import by_field, evaluate  # noqa: E402
+from posttrain.registry.checkpoint import directory_digest  # noqa: E402
+from posttrain.config.pipeline import EvalSuiteConfig
+from posttrain.config.loading import load_config  # noqa: E402
+from posttrain.evaluation.suites import by_field, evaluate  # noqa: E402
 from posttrain.schema import CheckpointRef  # noqa: E402
 
 KINDS = ("lookup", "copy", "product")

@@ -63,8 +63,8 @@ def main() -> None:
 
     import torch
 
-    from posttrain.config import load_config
-    from posttrain.generation import generate_replies, load_generator, release
+    from posttrain.config.loading import load_config
+    from posttrain.generation.engines import generate_replies, load_generator, release
     from posttrain.rewards import verify_row
 
     cfg = load_config(args.config)

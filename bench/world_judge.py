@@ -45,9 +45,9 @@ def cohen_kappa(truth: list[int], said: list[int]) -> float:
 def train_judge(base: Path, rows_path: Path, out: Path, *, learning_rate: float, epochs: float, seed: int,
                 threads: int = 2) -> dict:
     """The cold-start SFT recipe on the judge rows, from `base`; the checkpoint copied to `out`."""
-    from posttrain.config import ColdStartSFTConfig, PipelineConfig
+    from posttrain.config.pipeline import ColdStartSFTConfig, PipelineConfig
     from posttrain.schema import CheckpointRef, DatasetRef, StageInputs
-    from posttrain.trainer_config import SFTTrainerConfig
+    from posttrain.config.trainers import SFTTrainerConfig
     from stages import cold_start_sft
 
     with tempfile.TemporaryDirectory() as work:
@@ -65,7 +65,7 @@ def train_judge(base: Path, rows_path: Path, out: Path, *, learning_rate: float,
 
 def measure(judge_dir: Path, rows: list[dict]) -> dict:
     """The judge asked as the `judge` reward asks it (Judge.verdicts on the local engine)."""
-    from posttrain.config import EvaluationConfig, PipelineConfig
+    from posttrain.config.pipeline import EvaluationConfig, PipelineConfig
     from posttrain.rewards.judge import Judge, LocalClient
     from posttrain.world.open_tasks import JUDGE_MAX_NEW_TOKENS, JUDGE_TEMPLATE
 

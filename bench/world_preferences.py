@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from posttrain.data.files import read_jsonl  # noqa: E402
-from posttrain.reward_model import split_pairs  # noqa: E402
+from posttrain.rewards.reward_model import split_pairs  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -78,7 +78,7 @@ def baselines(pairs: list[dict], held_out: float, seed: int) -> dict:
 
 
 def run_measures(run: Path, eval_rows: list[dict]) -> dict:
-    from posttrain.reward_model import RewardModelScorer
+    from posttrain.rewards.reward_model import RewardModelScorer
     from posttrain.rewards.model_based import conversation_scores
     from posttrain.world.open_tasks import EquationTask
 
@@ -134,8 +134,8 @@ def slip(a: int, b: int, answer: str) -> str:
 def slips(checkpoint: Path, eval_rows: list[dict]) -> dict[str, int]:
     """The greedy replies of `checkpoint` to the held-out open suite (think mode, as evaluated), by slip."""
     from posttrain.chat import parse_response
-    from posttrain.config import load_config
-    from posttrain.generation import generate_replies, load_generator
+    from posttrain.config.loading import load_config
+    from posttrain.generation.engines import generate_replies, load_generator
 
     cfg = load_config(ROOT / "configs" / "default.yaml")
     model, tokenizer = load_generator(checkpoint, cfg.base.settings(), cfg.evaluation)

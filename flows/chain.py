@@ -15,12 +15,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.remote import check_work_pools
 from flows.tasks import call_cached, code_state, evaluate_checkpoint, run_stage
-from posttrain.config import STAGE_BY_NAME, STAGE_TABLE, STAGES, PipelineConfig, config_hash
+from posttrain.config.pipeline import STAGE_BY_NAME, STAGE_TABLE, STAGES, PipelineConfig
+from posttrain.config.loading import config_hash
 from posttrain.env import machine
-from posttrain.gates import carried_checks, judge
+from posttrain.evaluation.gates import carried_checks, judge
 from posttrain.data.prepared import PreparedData, prepare
-from posttrain.registry import Registry
-from posttrain.report import write_report
+from posttrain.registry.model_registry import Registry
+from posttrain.evaluation.report import write_report
 from posttrain.schema import CheckpointRef, EvalResult, GateVerdict, RunReport, StageEntry, StageInputs, StageResult
 
 
@@ -30,7 +31,7 @@ class GateFailed(RuntimeError):
 
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The starting checkpoint: the embedded world's base, or the configured model (HF id / path)."""
-    from posttrain.checkpoint import configured_model
+    from posttrain.registry.checkpoint import configured_model
 
     if (cfg.base.model if which == "teacher" else cfg.base.student) == "embedded":
         from posttrain.world.build import base_checkpoint as embedded_base
@@ -41,7 +42,7 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
 
 def model_checkpoint(cfg: PipelineConfig, location: str) -> CheckpointRef:
     """A model the config names (a local directory or a hub id in the local cache) as a checkpoint."""
-    from posttrain.checkpoint import foreign_digest
+    from posttrain.registry.checkpoint import foreign_digest
 
     if Path(location).is_dir():
         return CheckpointRef(path=location, digest=foreign_digest(Path(location), cfg.path(cfg.paths.runs) / "manifests"))
@@ -90,7 +91,7 @@ class ChainRun:
         """The embedded world if a model is `embedded`, every data role normalised and content-
         addressed, the code sandbox checked, the registry opened: all before any training."""
         cfg = self.cfg
-        from posttrain.checkpoint import check_models
+        from posttrain.registry.checkpoint import check_models
 
         for line in check_models(cfg, self.selected):
             self.log.info(line)

@@ -96,7 +96,8 @@ def _run_dir(run, cfg=None) -> Path:
 
 def _config(run):
     """The config a pipeline flow run was started with (its config_path parameter)."""
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import load_config
 
     config_path = (run.parameters or {}).get("config_path")
     if not config_path:
@@ -113,14 +114,14 @@ def _config(run):
 def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
     """kill -9 of the process that runs a flow (the OOM killer, a lost machine) leaves its flow run
     RUNNING on the API forever: nothing is left to report the end.  Set such a run Crashed, saying why,
-    when the process its attempt recorded (posttrain.liveness) is provably gone, so that it resumes
+    when the process its attempt recorded (posttrain.orchestration.liveness) is provably gone, so that it resumes
     like any crashed run; otherwise raise a CommandError that says what is known."""
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId, TaskRunFilterState, \
         TaskRunFilterStateType
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
 
-    from posttrain import liveness
+    from posttrain.orchestration import liveness
 
     what = f"flow run {run.id} ({run.name}) is {run.state.type.value}"
     if run.state.is_pending():
@@ -156,7 +157,7 @@ def _crash_if_process_gone(client, run, say: Callable[[str], None]) -> None:
         client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
     with contextlib.suppress(Exception):  # the registry's record of the killed stage; resuming matters more
         from flows.remote import adoptable_stages
-        from posttrain.registry import Registry
+        from posttrain.registry.model_registry import Registry
 
         closed = Registry.for_config(cfg).end_abandoned_training(str(run.id), keep=adoptable_stages(run_dir))
         if closed:

@@ -17,8 +17,9 @@ from pydantic import Field
 
 from flows import PROJECT_ROOT
 from flows.chain import ChainRun, GateFailed, gate_failure
-from posttrain.config import STAGES, StageName, load_config, served_config_path
-from posttrain.liveness import running_process
+from posttrain.config.pipeline import STAGES, StageName
+from posttrain.config.loading import load_config, served_config_path
+from posttrain.orchestration.liveness import running_process
 
 
 # log_prints stays off: dill captures dis output by swapping sys.stdout, which patched print() bypasses.

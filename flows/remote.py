@@ -27,9 +27,10 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from flows import PROJECT_ROOT
-from posttrain.config import PipelineConfig, validate_config
+from posttrain.config.pipeline import PipelineConfig
+from posttrain.config.loading import validate_config
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainer_config import WorkPoolPlacement
+from posttrain.config.trainers import WorkPoolPlacement
 
 STAGE_FLOW = "posttrain-stage"
 DISPATCH_FILE = "dispatch.json"   # the flow run this stage waits on, keyed by the stage's cache key

@@ -6,11 +6,11 @@
 Deployments (flow name / deployment name):
 
     posttrain-pipeline/pipeline   the whole chain (flows.pipeline.pipeline)
-    posttrain-promote/promote     move the production alias (posttrain.promotion.promote)
-    posttrain-rollback/rollback   move it back (posttrain.promotion.rollback)
+    posttrain-promote/promote     move the production alias (posttrain.registry.promotion.promote)
+    posttrain-rollback/rollback   move it back (posttrain.registry.promotion.rollback)
     posttrain-evaluate/evaluate   evaluate a registered version against production; with
                                   auto_rollback, judge a new production against the previous one
-                                  and roll back on a significant regression (posttrain.versus_production)
+                                  and roll back on a significant regression (posttrain.registry.versus_production)
 
 Promote and rollback record ``flow-run:<id>`` as the actor in the production history and publish
 the history as a markdown artifact (key ``production-history``); evaluate publishes a table
@@ -38,8 +38,8 @@ ConfigPath = Annotated[str, Field(description="Pipeline YAML, relative to the pr
 
 
 def _open(config_path: str):
-    from posttrain.config import load_config, served_config_path
-    from posttrain.registry import Registry
+    from posttrain.config.loading import load_config, served_config_path
+    from posttrain.registry.model_registry import Registry
 
     cfg = load_config(served_config_path(config_path, PROJECT_ROOT))
     return cfg, Registry.for_config(cfg)
@@ -51,7 +51,7 @@ def _actor() -> str:
 
 
 def history_markdown(registry, entry: dict | None = None) -> str:
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     lines = [f"# Production of `{registry.model_name}`", ""]
     if entry is not None:
@@ -81,7 +81,7 @@ def promote_flow(
     config_path: ConfigPath = "configs/default.yaml",
 ) -> dict:
     """Move the production alias to a registered version (refuses failed gates and altered checkpoints)."""
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     _, registry = _open(config_path)
     return _publish_move(registry, promotion.promote(registry, version, reason=reason, force=force, actor=_actor()))
@@ -95,7 +95,7 @@ def rollback_flow(
     config_path: ConfigPath = "configs/default.yaml",
 ) -> dict:
     """Move production back to the previous version (or to a named one)."""
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     _, registry = _open(config_path)
     return _publish_move(registry, promotion.rollback(registry, to=to, reason=reason, force=force, actor=_actor()))
@@ -112,7 +112,7 @@ def evaluate_flow(
 ) -> dict:
     """Evaluate a registered version on the held-out suites; paired comparison with production
     (or, with auto_rollback, with the previous production, rolling back on a significant regression)."""
-    from posttrain.versus_production import evaluate_version
+    from posttrain.registry.versus_production import evaluate_version
 
     cfg, registry = _open(config_path)
     out = evaluate_version(registry, cfg, version, against_production=compare, auto_rollback=auto_rollback,
@@ -142,7 +142,7 @@ def deployments() -> list:
 
 def main() -> None:
     # A run triggered from the UI reads configs only from the project's configs/ unless the server's
-    # environment names other folders (posttrain.config.served_config_path).
+    # environment names other folders (posttrain.config.loading.served_config_path).
     os.environ.setdefault("POSTTRAIN_CONFIG_DIRS", str(PROJECT_ROOT / "configs"))
     # No run limit by default: a promote or rollback must not wait for a training run to finish.
     limit = os.environ.get("POSTTRAIN_SERVE_LIMIT")

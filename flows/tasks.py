@@ -20,12 +20,12 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from flows import PROJECT_ROOT
-from posttrain.attempts import finish_attempt, start_attempt
-from posttrain.checkpoint import is_intact
-from posttrain.config import PipelineConfig
+from posttrain.orchestration.attempts import finish_attempt, start_attempt
+from posttrain.registry.checkpoint import is_intact
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.schema import CheckpointRef, DatasetRef, EvalResult, StageInputs, StageResult
-from posttrain.launcher import launch
-from posttrain.trainer_config import LauncherConfig, cache_relevant
+from posttrain.training.launcher import launch
+from posttrain.config.trainers import LauncherConfig, cache_relevant
 
 FAIL_STAGE_ENV = "POSTTRAIN_FAIL_STAGE"  # fault injection for tests: fail this stage before it runs
 # Test-only, "<stage>:<seconds>": sleep after the stage's work, before its result is returned (and so
@@ -89,7 +89,7 @@ def code_state() -> dict[str, str | None]:
 
 def eval_cache_key(context, parameters) -> str:
     from posttrain.agents.training import environment_versions_in
-    from posttrain.evaluation import EVAL_VERSION
+    from posttrain.evaluation.suites import EVAL_VERSION
     from posttrain.rewards import VERIFIER_VERSIONS
 
     cfg: PipelineConfig = parameters["config"]
@@ -122,7 +122,7 @@ def execute_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> Sta
     the same inputs left, launch it (in-process or as a multi-process job), mark it finished."""
     work_dir = Path(inputs.work_dir)
     key = stage_cache_key(None, {"name": name, "config": config, "inputs": inputs})
-    for adopted in start_attempt(work_dir, key):  # in-stage checkpoints of a killed run (posttrain/attempts.py)
+    for adopted in start_attempt(work_dir, key):  # in-stage checkpoints of a killed run (posttrain/orchestration/attempts.py)
         get_run_logger().info(f"{name}: continuing from {adopted.name} of an interrupted run with the same inputs")
     stage_config = config.stage(name)
     result = launch(name, stage_config, inputs, getattr(stage_config, "launcher", LauncherConfig()))
@@ -137,7 +137,7 @@ def execute_stage(name: str, config: PipelineConfig, inputs: StageInputs) -> Sta
       task_run_name="evaluate-{label}")
 def evaluate_checkpoint(checkpoint: CheckpointRef, config: PipelineConfig, suites: dict[str, DatasetRef],
                         label: str, reward_model: CheckpointRef | None = None) -> EvalResult:
-    from posttrain.evaluation import evaluate
+    from posttrain.evaluation.suites import evaluate
 
     return evaluate(checkpoint, config, suites=suites, desc=f"evaluating {label}",
                     budget_curve=config.budget_curve_for(label),

@@ -113,6 +113,22 @@ def render_prompt(tokenizer, chat: ChatConfig, turns: list[dict], thinking: bool
     return text, prefill
 
 
+def as_trl_prompt(tokenizer, text: str) -> str:
+    """A rendered prompt as GRPOTrainer takes it. TRL tokenizes text prompts with the tokenizer's
+    special tokens, so a chat template that writes BOS itself would give it twice; the special tokens
+    the tokenizer puts in front come off the text where it already starts with them, and TRL's ids
+    are then the ids every other part of posttrain reads (`add_special_tokens=False`)."""
+    plain = tokenizer(text, add_special_tokens=False)["input_ids"]
+    full = tokenizer(text)["input_ids"]
+    added = len(full) - len(plain)
+    if added <= 0 or full[added:] != plain:
+        return text
+    prefix = tokenizer.decode(full[:added])
+    if text.startswith(prefix) and tokenizer(text[len(prefix):])["input_ids"] == plain:
+        return text[len(prefix):]
+    return text
+
+
 def rendered_mode(tokenizer, chat: ChatConfig, turns: list[dict], thinking: bool | None) -> bool | None:
     """The mode a prompt is rendered in, which is the mode its reply is judged in: the row's own
     where the family's switch renders it; for a row without one (`thinking` missing), whatever its

@@ -12,7 +12,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cmd_run(args) -> int:
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     load_config(args.config)  # a bad config fails here, naming the field, before any server starts
     from flows.commands import run_pipeline
@@ -29,7 +29,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_world(args) -> int:
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.world import build
 
     cfg = load_config(args.config)
@@ -47,7 +47,7 @@ def _cmd_data(args) -> int:
     """`data check`: load every source of the config, print what each role and suite holds; bad
     data exits non-zero with one line naming file, line or row, and column. `data add`: track a
     user file under data/ with DVC (its hash then keys the stages that read it)."""
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     if args.action == "add":
         from posttrain.data.store import track_user_data
@@ -79,8 +79,8 @@ def _cmd_data(args) -> int:
         print(line)
     for missing in missing_roles(cfg):
         print(f"missing: {missing}")
-    from posttrain.checkpoint import check_models
-    from posttrain.config import STAGES
+    from posttrain.registry.checkpoint import check_models
+    from posttrain.config.pipeline import STAGES
 
     for line in check_models(cfg, STAGES):
         print(f"model {line}")
@@ -162,20 +162,20 @@ class CLIError(Exception):
 
 
 def _config(args):
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     return load_config(args.config)
 
 
 def _has_registry(cfg) -> bool:
     """A server counts as there (opening it says if it does not answer); a folder needs its store."""
-    from posttrain.config import registry_server
+    from posttrain.config.pipeline import registry_server
 
     return bool(registry_server(cfg.paths.registry)) or (cfg.path(cfg.paths.registry) / "mlflow.db").is_file()
 
 
 def _registry(cfg):
-    from posttrain.registry import Registry, RegistryUnreachable
+    from posttrain.registry.model_registry import Registry, RegistryUnreachable
 
     if not _has_registry(cfg):
         raise CLIError(f"no registry at {cfg.path(cfg.paths.registry)} (run the pipeline with this config first)")
@@ -218,8 +218,8 @@ def _fmt(v) -> str:
 
 def _run_outcome(report, record) -> str:
     """passed / FAILED at <stage> from the report (a RunReport); running / crashed (process gone)
-    while the process record (posttrain.liveness) says the flow function has not returned."""
-    from posttrain import liveness
+    while the process record (posttrain.orchestration.liveness) says the flow function has not returned."""
+    from posttrain.orchestration import liveness
 
     failed = [s.name for s in report.stages if s.status == "failed"]
     if record is not None and record.ended is None:
@@ -252,7 +252,7 @@ def _read_report(path: Path):
 
 
 def _cmd_status(args) -> int:
-    from posttrain import liveness
+    from posttrain.orchestration import liveness
     from posttrain.schema import RunReport
 
     cfg = _config(args)
@@ -285,7 +285,7 @@ def _cmd_status(args) -> int:
                 if not c.passed:
                     print(f"  {s.name}: failed check {c.name} = {_fmt(c.value)} {c.detail}".rstrip())
     if _has_registry(cfg):
-        from posttrain import promotion
+        from posttrain.registry import promotion
 
         reg = _registry(cfg)
         prod = promotion.current_production(reg)
@@ -303,7 +303,7 @@ def _print_entry(entry: dict) -> None:
 
 
 def _cmd_promote(args) -> int:
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     reg = _registry(_config(args))
     _print_entry(promotion.promote(reg, args.version, reason=args.reason, force=args.force, actor=_actor()))
@@ -311,7 +311,7 @@ def _cmd_promote(args) -> int:
 
 
 def _cmd_rollback(args) -> int:
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     reg = _registry(_config(args))
     _print_entry(promotion.rollback(reg, to=args.to, reason=args.reason, force=args.force, actor=_actor()))
@@ -321,7 +321,7 @@ def _cmd_rollback(args) -> int:
 def _cmd_history(args) -> int:
     import json
 
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     reg = _registry(_config(args))
     entries = promotion.history(reg)
@@ -340,7 +340,7 @@ def _cmd_history(args) -> int:
 def _cmd_lineage(args) -> int:
     import json
 
-    from posttrain.lineage import lineage
+    from posttrain.registry.lineage import lineage
 
     chain = lineage(_registry(_config(args)), args.version)
     if args.json:
@@ -369,7 +369,7 @@ def _cmd_lineage(args) -> int:
 def _cmd_evaluate(args) -> int:
     import json
 
-    from posttrain.versus_production import evaluate_version
+    from posttrain.registry.versus_production import evaluate_version
 
     cfg = _config(args)
     reg = _registry(cfg)
@@ -407,14 +407,14 @@ def _cmd_generate(args) -> int:
     optionally under a thinking budget (the stop-thinking sentence is shown where it was inserted)."""
     from pathlib import Path
 
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.generation import ThinkingBudget, generate_replies
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.generation.engines import ThinkingBudget, generate_replies
 
     cfg = _config(args)
     settings = cfg.base.settings()
     location = Path(args.model)
     if not location.is_dir():
-        from posttrain.promotion import resolve_version
+        from posttrain.registry.promotion import resolve_version
 
         reg = _registry(cfg)
         location = Path(reg.get(resolve_version(reg, args.model))["source"])
@@ -455,7 +455,7 @@ def _cmd_resume(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from posttrain.config import STAGES
+    from posttrain.config.pipeline import STAGES
     from posttrain.rewards import verify_cli
 
     parser = argparse.ArgumentParser(prog="posttrain", description=__doc__)
@@ -560,14 +560,14 @@ _OPERATIONS = (_cmd_status, _cmd_promote, _cmd_rollback, _cmd_history, _cmd_line
 def main(argv: list[str] | None = None) -> int:
     configure_offline()
     args = build_parser().parse_args(argv)
-    from posttrain.config import ConfigError
+    from posttrain.config.pipeline import ConfigError
     from posttrain.data.files import DatasetError
 
     errors: tuple[type[BaseException], ...] = (ConfigError, DatasetError, FileNotFoundError, CLIError)
     if args.func is _cmd_data:
         errors += (ValueError,)   # `data add` of a file outside the project, a model that cannot be used
     if args.func in _OPERATIONS:
-        from posttrain.promotion import PromotionError
+        from posttrain.registry.promotion import PromotionError
 
         errors += (PromotionError,)
     if args.func in (_cmd_run, _cmd_resume):

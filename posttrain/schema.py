@@ -77,7 +77,7 @@ class StageResult(BaseModel):
     wall_s: float = 0.0
     verifier_versions: dict[str, str] = Field(default_factory=dict)
     policies: dict[str, str] = Field(default_factory=dict)  # RL: who generated rollouts, what the KL anchor is
-    alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl_alerts.RLAlerts)
+    alerts: list[str] = Field(default_factory=list)         # training health warnings (posttrain.rl.alerts.RLAlerts)
     adapter: CheckpointRef | None = None    # a LoRA stage's adapter (its base is `parent`), merged into `checkpoint`
     trained_in: str | None = None           # the MLflow run its trainers logged to (inputs.tracking of the execution)
     reward_model: CheckpointRef | None = None   # the reward model stage's product (the policy passes through)

@@ -1,8 +1,8 @@
 """`python -m stages <request.json>`: one process of a training stage launched by accelerate or
-torchrun (posttrain.launcher writes the request and reads the result)."""
+torchrun (posttrain.training.launcher writes the request and reads the result)."""
 import sys
 
-from posttrain.launcher import run_launched
+from posttrain.training.launcher import run_launched
 
 if __name__ == "__main__":
     sys.exit(run_launched(sys.argv[1]))

@@ -11,13 +11,12 @@ from pathlib import Path
 import torch
 from trl import SFTTrainer
 
-from posttrain.checkpoint import load_checkpoint
-from posttrain.config import ColdStartSFTConfig
+from posttrain.registry.checkpoint import load_checkpoint
+from posttrain.config.pipeline import ColdStartSFTConfig
 from posttrain.data.files import read_jsonl
-from posttrain.live_metrics import follow
+from posttrain.registry.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import (numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args,
-                                sft_dataset, sharding, summary)
+from posttrain.training.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, sharding, summary
 
 STAGE_VERSION = "cold_start_sft/2"
 

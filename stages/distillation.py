@@ -12,16 +12,16 @@ from datasets import Dataset
 from trl import SFTTrainer
 
 from posttrain.chat import render_prompt, without_thinking
-from posttrain.checkpoint import load_checkpoint, save_checkpoint
-from posttrain.config import DistillationStageConfig
+from posttrain.registry.checkpoint import load_checkpoint, save_checkpoint
+from posttrain.config.pipeline import DistillationStageConfig
 from posttrain.data.files import read_jsonl, write_jsonl
 from posttrain.data.store import store_for
-from posttrain.generation import generate_replies, load_generator, release
-from posttrain.live_metrics import follow
+from posttrain.generation.engines import generate_replies, load_generator, release
+from posttrain.registry.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row
 from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import common_args, numeric_log, peft_config, require_rows, resume_point, sft_args, sft_dataset, summary
+from posttrain.training.trainers import common_args, numeric_log, peft_config, require_rows, resume_point, sft_args, sft_dataset, summary
 
 STAGE_VERSION = "distillation/4"
 

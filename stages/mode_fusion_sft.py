@@ -12,13 +12,13 @@ import torch
 from trl import SFTTrainer
 
 from posttrain.chat import without_thinking
-from posttrain.checkpoint import load_checkpoint
-from posttrain.config import ModeFusionSFTConfig
+from posttrain.registry.checkpoint import load_checkpoint
+from posttrain.config.pipeline import ModeFusionSFTConfig
 from posttrain.data.files import read_jsonl, write_jsonl
 from posttrain.data.store import store_for
-from posttrain.live_metrics import follow
+from posttrain.registry.live_metrics import follow
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
+from posttrain.training.trainers import numeric_log, peft_config, require_rows, resume_point, save_trained, sft_args, sft_dataset, summary
 
 STAGE_VERSION = "mode_fusion_sft/4"
 

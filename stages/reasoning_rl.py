@@ -12,17 +12,18 @@ from pathlib import Path
 import torch
 
 from posttrain.agents.training import StageTools
-from posttrain.checkpoint import load_checkpoint
+from posttrain.registry.checkpoint import load_checkpoint
 from posttrain.data.code_tests import forgeable_code_rows
-from posttrain.config import ReasoningRLConfig
+from posttrain.config.pipeline import ReasoningRLConfig
 from posttrain.data.files import read_jsonl
-from posttrain.live_metrics import follow
+from posttrain.registry.live_metrics import follow
 from posttrain.rewards import VERIFIER_VERSIONS, check_task_rewards, unguarded_code_rows
-from posttrain.rl import HeldOutProbe, ProblemStats, StageGRPOTrainer, off_policy_settings, policy_record
-from posttrain.rl_alerts import RLAlerts
-from posttrain.rl_rewards import by_kind, stage_rewards
+from posttrain.rl.trainer import HeldOutProbe, StageGRPOTrainer, off_policy_settings, policy_record
+from posttrain.rl.sampling import ProblemStats
+from posttrain.rl.alerts import RLAlerts
+from posttrain.rl.rewards import by_kind, stage_rewards
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
+from posttrain.training.trainers import reward_settings, grpo_args, grpo_dataset, numeric_log, peft_config, require_rows, resume_point, save_trained, sharding, summary
 
 STAGE_VERSION = "reasoning_rl/5"   # tool rows: multi-turn episodes in their environments
 

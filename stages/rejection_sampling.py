@@ -12,15 +12,15 @@ from pathlib import Path
 import torch
 
 from posttrain.chat import parse_response
-from posttrain.config import RejectionSamplingConfig
+from posttrain.config.pipeline import RejectionSamplingConfig
 from posttrain.data.files import read_jsonl, write_jsonl
 from posttrain.data.store import store_for
-from posttrain.generation import generate_replies, load_generator, release
+from posttrain.generation.engines import generate_replies, load_generator, release
 from posttrain.rewards import VERIFIER_VERSIONS, verify_row
 from posttrain.rewards.format import format_ok, mode_ok
 from posttrain.rewards.language import language_share
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainers import require_rows
+from posttrain.training.trainers import require_rows
 
 STAGE_VERSION = "rejection_sampling/2"
 

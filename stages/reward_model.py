@@ -1,6 +1,6 @@
 """Reward model (DeepSeek-R1 sec. 2.3.4; Qwen3 sec. 4.4): a scalar head trained on the `preferences`
 data role with TRL's RewardTrainer, or a brought reward model measured as it is. The policy passes
-through unchanged; general RL scores its open-ended rows with this model (posttrain.reward_model).
+through unchanged; general RL scores its open-ended rows with this model (posttrain.rewards.reward_model).
 
 The gate reads the held-out pairs (split by prompt): pairwise accuracy, mean margin, the score's
 correlation with length and the accuracy where the chosen reply is the shorter one."""
@@ -11,13 +11,14 @@ from pathlib import Path
 
 import torch
 
-from posttrain.checkpoint import checkpoint_location, seal
-from posttrain.config import RewardModelConfig
+from posttrain.registry.checkpoint import checkpoint_location, seal
+from posttrain.config.pipeline import RewardModelConfig
 from posttrain.data.files import read_jsonl
-from posttrain.live_metrics import follow
-from posttrain.reward_model import REWARD_MODEL_VERSION, RewardModelScorer, pair_metrics, split_pairs
+from posttrain.registry.live_metrics import follow
+from posttrain.rewards.model_based import REWARD_MODEL_VERSION
+from posttrain.rewards.reward_model import RewardModelScorer, pair_metrics, split_pairs
 from posttrain.schema import CheckpointRef, StageInputs, StageResult
-from posttrain.trainers import numeric_log, peft_config, require_rows, resume_point, reward_args, summary
+from posttrain.training.trainers import numeric_log, peft_config, require_rows, resume_point, reward_args, summary
 
 STAGE_VERSION = "reward_model/1"
 

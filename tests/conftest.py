@@ -1,6 +1,5 @@
 """Shared fixtures: one smoke world and one smoke run per session, offline settings, and the
 smoke config written as a project of its own."""
-import os
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,8 @@ def write_smoke_config(root: Path, **stage_trainer: dict) -> Path:
 
 def config_error(tmp_path: Path, text: str) -> str:
     """The ConfigError message of loading ``text`` as tmp_path/c.yaml (fails if it loads)."""
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import load_config
 
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -57,7 +57,7 @@ def overlaps(train: dict[str, list[dict]], evals: dict[str, list[dict]]) -> list
 def cold_start_inputs(tmp_path: Path, run: str):
     """The smoke world's cold-start stage, ready to launch: (config, parent checkpoint, StageInputs)
     working under tmp_path/runs/<run>/cold_start_sft."""
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint, ensure_world

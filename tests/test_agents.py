@@ -209,7 +209,7 @@ def test_posttrain_replay_and_verify_judge_recorded_episodes_from_the_shell(tmp_
 
 
 def test_the_report_card_shows_a_stages_recorded_episodes(tmp_path):
-    from posttrain.report import render_markdown
+    from posttrain.evaluation.report import render_markdown
     from posttrain.schema import DatasetRef, RunReport, StageEntry
 
     wrong = episode([call("get", key="a")], "17")
@@ -279,8 +279,8 @@ def test_evaluation_runs_the_episode_and_scores_it_as_training_does(agent):
     suite reports accuracy, calls per episode and why episodes failed."""
     from posttrain.agents.rollouts import run_episodes
     from posttrain.chat import DEFAULT_CHAT
-    from posttrain.config import EvalSuiteConfig
-    from posttrain.evaluation import score_suite
+    from posttrain.config.pipeline import EvalSuiteConfig
+    from posttrain.evaluation.suites import score_suite
 
     tokenizer, model = agent
     other = {**TRAINED_ROW, "expected_state": {"items": {"a": "17", "b": "25", "c": "43"}}}
@@ -301,10 +301,10 @@ def test_an_episode_runs_through_grpo_with_the_tool_turns_masked_out_of_the_loss
     tool turn's tokens, exactly, get tool_mask 0; the reward judges the episode's transcript."""
     from posttrain.agents.training import environment_factories
     from posttrain.chat import DEFAULT_CHAT
-    from posttrain.config import GRPOTrainerConfig
+    from posttrain.config.trainers import GRPOTrainerConfig
     from posttrain.rewards import RewardSettings, make_task_reward
-    from posttrain.rl import StageGRPOTrainer
-    from posttrain.trainers import grpo_args, grpo_dataset, stop_token_ids
+    from posttrain.rl.trainer import StageGRPOTrainer
+    from posttrain.training.trainers import grpo_args, grpo_dataset, stop_token_ids
 
     import copy
 

@@ -1,4 +1,4 @@
-"""Rollouts ahead of training (posttrain.async_rollouts): the generator's behaviour log-probabilities
+"""Rollouts ahead of training (posttrain.generation.async_rollouts): the generator's behaviour log-probabilities
 are the trainer's, truncated importance weights are computed from them, a partial rollout resumes
 its exact prefix, every trained batch is within the staleness bound (a batch past it is regenerated,
 never trained), and a killed async run resumes on the batches of an uninterrupted one."""
@@ -14,7 +14,7 @@ PROMPTS = 12  # 6 batches of 2 prompts per pass: 7 steps start two passes
 def _spec(tokenizer, **options):
     from transformers import GenerationConfig
 
-    from posttrain.async_rollouts import GeneratorSpec
+    from posttrain.generation.async_rollouts import GeneratorSpec
 
     sample = options.pop("sample", True)
     config = GenerationConfig(do_sample=sample, temperature=0.7 if sample else 1.0, top_k=0, top_p=1.0,
@@ -39,7 +39,7 @@ def _recomputed(model, prompt, completion, temperature):
 def test_recorded_logprobs_are_the_trainers_and_the_importance_weights_follow_from_them(tokenizer):
     import torch
 
-    from posttrain.async_rollouts import generate_batch, truncated_importance_weights
+    from posttrain.generation.async_rollouts import generate_batch, truncated_importance_weights
 
     model = _tiny_model(tokenizer).eval()
     spec = _spec(tokenizer)
@@ -80,7 +80,7 @@ def test_recorded_logprobs_are_the_trainers_and_the_importance_weights_follow_fr
 def test_a_partial_rollout_resumes_its_exact_prefix(tokenizer):
     import torch
 
-    from posttrain.async_rollouts import generate_batch
+    from posttrain.generation.async_rollouts import generate_batch
 
     model = _tiny_model(tokenizer).eval()
     prompts = _prompts(tokenizer)
@@ -122,9 +122,11 @@ def _train_async(tokenizer, work, *, max_steps=7, kill_after=0, **rollouts):
     """test_rl_resume's tiny RL run, with `rollouts: async`: (generations, trainer or None if killed)."""
     from datasets import Dataset
 
-    from posttrain.config import GRPOTrainerConfig, ProblemSamplingConfig
-    from posttrain.rl import ProblemStats, StageGRPOTrainer, off_policy_settings
-    from posttrain.trainers import grpo_args, resume_point
+    from posttrain.config.trainers import GRPOTrainerConfig
+    from posttrain.config.rl import ProblemSamplingConfig
+    from posttrain.rl.sampling import ProblemStats
+    from posttrain.rl.trainer import StageGRPOTrainer, off_policy_settings
+    from posttrain.training.trainers import grpo_args, resume_point
 
     stats = ProblemStats([f"b{i % 2}" for i in range(PROMPTS)])
     generations = []
@@ -201,7 +203,7 @@ def test_a_killed_async_run_resumes_on_the_batches_of_an_uninterrupted_one(token
 def test_async_rollouts_refuse_what_they_cannot_run():
     from pydantic import ValidationError
 
-    from posttrain.config import GRPOTrainerConfig
+    from posttrain.config.trainers import GRPOTrainerConfig
 
     with pytest.raises(ValidationError, match="partial_rollout_tokens .* needs rollouts: async"):
         GRPOTrainerConfig(partial_rollout_tokens=16)
@@ -214,15 +216,15 @@ def test_the_importance_weights_reach_the_loss(tokenizer, tmp_path, monkeypatch,
     """Weights of 0 on every token leave no gradient when the correction is on, and change nothing off."""
     import torch
 
-    import posttrain.rl
+    import posttrain.rl.trainer
 
-    computed = posttrain.rl.truncated_importance_weights
+    computed = posttrain.rl.trainer.truncated_importance_weights
 
     def zero(*args, **kwargs):
         weights, stats = computed(*args, **kwargs)
         return torch.zeros_like(weights), stats
 
-    monkeypatch.setattr(posttrain.rl, "truncated_importance_weights", zero)
+    monkeypatch.setattr(posttrain.rl.trainer, "truncated_importance_weights", zero)
     _, trainer = _train_async(tokenizer, tmp_path, max_steps=3, rollouts="async", importance_sampling=importance_sampling)
     grads = _logged(trainer, "grad_norm")
     assert len(grads) == 3

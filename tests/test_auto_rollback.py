@@ -1,4 +1,4 @@
-"""Auto-rollback after a promotion (posttrain.versus_production.evaluate_version(auto_rollback=True), the
+"""Auto-rollback after a promotion (posttrain.registry.versus_production.evaluate_version(auto_rollback=True), the
 `evaluate` flow's auto_rollback parameter, `posttrain evaluate VERSION --auto-rollback`).
 
 The decision is tested on the fake registry of test_promotion with a stand-in evaluation (exact
@@ -15,9 +15,11 @@ import pytest
 import yaml
 
 from conftest import write_smoke_config
-from posttrain import cli, evaluation, promotion
-from posttrain.versus_production import compare, evaluate_version
-from posttrain.promotion import PromotionError
+from posttrain import cli
+from posttrain.evaluation import suites as evaluation
+from posttrain.registry import promotion
+from posttrain.registry.versus_production import compare, evaluate_version
+from posttrain.registry.promotion import PromotionError
 from posttrain.schema import EvalResult
 from test_promotion import ACTOR, MODEL, migrated_db, new_registry, populate  # noqa: F401  (fixture)
 
@@ -50,7 +52,7 @@ def fake(tmp_path, migrated_db, monkeypatch):  # noqa: F811
     config.write_text(yaml.safe_dump({"name": MODEL.removeprefix("posttrain-"), "paths": {
         "world": str(tmp_path / "data"), "runs": str(runs), "registry": str(reg.root),
         "data_store": str(runs / "data-store"), "dvc_remote": str(runs / "dvc-remote")}}))
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     return reg, load_config(config), results, seen, str(config)
 
@@ -164,9 +166,9 @@ def smoke_registry(tmp_path):
        standing in for a healthy production;
     2: the smoke base as it is (runs into max_new_tokens on every math item: truncation 100%);
     3: version 1 plus a note file (another digest, the same answers)."""
-    from posttrain.checkpoint import directory_digest
-    from posttrain.config import load_config
-    from posttrain.registry import Registry
+    from posttrain.registry.checkpoint import directory_digest
+    from posttrain.config.loading import load_config
+    from posttrain.registry.model_registry import Registry
     from posttrain.schema import CheckpointRef, GateCheck, GateVerdict
     from posttrain.world.build import base_checkpoint, ensure_world
     from transformers import AutoTokenizer

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.chat import assemble_response
-from posttrain.config import load_config
+from posttrain.config.loading import load_config
 from posttrain.data.files import DatasetError
 from posttrain.data.sources import load_role
 from posttrain.world import tasks
@@ -25,7 +25,7 @@ def world_rows(n: int = 200, seed: int = 5) -> tuple[list[dict], list[dict]]:
 
 
 def test_cold_start_rows_alter_the_configured_shares():
-    from posttrain.evaluation import reasoning_consistency
+    from posttrain.evaluation.suites import reasoning_consistency
 
     problems, world = world_rows()
 

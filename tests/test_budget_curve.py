@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import config_error
-from posttrain.config import GateTarget
-from posttrain.evaluation import budget_points
-from posttrain.gates import _curve, budget_curve
+from posttrain.config.gates import GateTarget
+from posttrain.evaluation.suites import budget_points
+from posttrain.evaluation.gates import _curve, budget_curve
 from posttrain.schema import EvalResult
 
 
@@ -85,7 +85,7 @@ def test_the_curve_keys_the_evaluation_cache_of_the_stages_that_measure_it():
     from types import SimpleNamespace
 
     from flows import tasks
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     cfg = load_config("configs/default.yaml")
 

@@ -2,7 +2,7 @@
 stages it affects instead of silently reusing results paid for by the old code."""
 import pytest
 
-from posttrain.config import PipelineConfig
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.schema import CheckpointRef, DatasetRef, StageInputs
 
 

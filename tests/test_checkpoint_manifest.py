@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from posttrain import checkpoint as ck
+from posttrain.registry import checkpoint as ck
 from posttrain.schema import CheckpointRef
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from conftest import ROOT
 from posttrain import cli
-from posttrain.config import STAGES
+from posttrain.config.pipeline import STAGES
 from test_pipeline import prefect_harness, smoke_project  # noqa: F401  (fixtures: one server, one project)
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # make test-all and CI run it
@@ -108,7 +108,7 @@ def test_on_gate_failure_continue_runs_on_exits_non_zero_and_rejects_the_checkpo
     assert [stages[n]["status"] for n in STAGES[2:] if n != "reward_model"] == ["skipped"] * 4
     assert (run_dir / "report.md").is_file()
 
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     registry = Registry(project / "runs" / "registry", model_name="posttrain-smoke")
     rejected = registry.get(stages["cold_start_sft"]["checkpoint"]["version"])

@@ -2,7 +2,7 @@
 
 Registry and reports are fakes in tmp_path (see test_promotion); `evaluate` gets a stand-in for the
 model evaluation; `resume` retries a small failing flow on a temporary Prefect server, and a RUNNING
-one only once the process its record names is gone (posttrain/liveness.py).
+one only once the process its record names is gone (posttrain/orchestration/liveness.py).
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_status_of_a_report_that_does_not_validate_is_one_line_error(project, ca
 def test_status_tells_a_killed_run_from_a_running_one(project, capsys):
     import subprocess
 
-    from posttrain import liveness
+    from posttrain.orchestration import liveness
 
     cfg, runs = project["config"], project["root"] / "runs"
     child = subprocess.Popen(["sleep", "60"])
@@ -172,7 +172,8 @@ def test_missing_registry_and_config(tmp_path, capsys):
 
 
 def test_evaluate_compares_with_production(project, capsys, monkeypatch):
-    from posttrain import evaluation, promotion
+    from posttrain.evaluation import suites as evaluation
+    from posttrain.registry import promotion
     from posttrain.schema import EvalResult
 
     seen = []
@@ -258,7 +259,8 @@ def test_operation_flows_record_their_flow_run_and_publish_artifacts(harness, pr
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from flows.serve import deployments, evaluate_flow, promote_flow, rollback_flow
-    from posttrain import evaluation, promotion
+    from posttrain.evaluation import suites as evaluation
+    from posttrain.registry import promotion
     from posttrain.schema import EvalResult
 
     monkeypatch.setattr(evaluation, "evaluate", lambda ref, cfg, **kw: EvalResult(
@@ -300,7 +302,7 @@ def test_resume_of_a_running_run_needs_its_process_provably_gone(harness, projec
     from prefect.states import Pending, Running
 
     from flows import commands
-    from posttrain import liveness
+    from posttrain.orchestration import liveness
 
     monkeypatch.setitem(commands.FLOW_ENTRYPOINTS, "ops-killed", "test_cli_ops:killed")
     cfg = project["config"]

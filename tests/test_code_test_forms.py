@@ -83,7 +83,7 @@ def _mbpp_config(tmp_path, extra: str) -> str:
 
 
 def _load(tmp_path, text: str):
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import load_all
 
     (tmp_path / "config.yaml").write_text(text)
@@ -94,7 +94,7 @@ def _load(tmp_path, text: str):
 @isolated
 def test_forgeable_tests_are_refused_unless_accepted_and_then_named_in_data_check_alerts_and_the_card(tmp_path):
     from posttrain.data.code_tests import forgeable_code_rows
-    from posttrain.report import render_markdown
+    from posttrain.evaluation.report import render_markdown
     from posttrain.schema import RunReport
     from posttrain.data.sources import role_summary
 
@@ -128,7 +128,8 @@ def test_forgeable_tests_are_refused_unless_accepted_and_then_named_in_data_chec
                                 "stages: {general_rl: {rewards: {code: 1.0}}}\n")
     assert loaded["general_prompts"].rows[0]["tests"] == own["tests"]
     # a config that would read tests into another kind, or into SFT rows, is refused
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import load_config
 
     (tmp_path / "bad.yaml").write_text("data:\n  general_prompts: {path: d.jsonl, kind: math, tests_from: {format: mbpp}}\n")
     with pytest.raises(ConfigError, match="tests_from"):

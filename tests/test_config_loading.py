@@ -11,8 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import ROOT
-from posttrain.config import ConfigError, GRPOTrainerConfig, SFTTrainerConfig, load_config
-from posttrain.yamlconfig import MAX_DEPTH, MAX_ECHO
+from posttrain.config.pipeline import ConfigError
+from posttrain.config.trainers import GRPOTrainerConfig, SFTTrainerConfig
+from posttrain.config.loading import load_config
+from posttrain.config.yamlconfig import MAX_DEPTH, MAX_ECHO
 
 
 def _write(tmp_path, content: str | bytes, name: str = "c.yaml"):
@@ -236,7 +238,8 @@ def test_a_config_extends_another_and_errors_name_the_layer_that_sets_the_field(
     error names the file and line of the layer that set the bad value; a cycle is refused."""
     import shutil
 
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import load_config
 
     (tmp_path / "pyproject.toml").touch()
     shutil.copy(ROOT / "configs" / "smoke.yaml", tmp_path / "base.yaml")

@@ -165,7 +165,7 @@ def test_contamination_is_an_error_before_any_training(tmp_path):
 
 
 def test_an_eval_suite_source_without_a_kind_holds_rows_of_the_suites_kind(tmp_path):
-    from posttrain.config import EvalSuiteConfig
+    from posttrain.config.pipeline import EvalSuiteConfig
 
     path = tmp_path / "eval_math.jsonl"
     path.write_text('{"prompt": "What is 2 plus 2?", "answer": "4"}\n')

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import published_shapes as shapes
-from conftest import ROOT, config_error
+from conftest import config_error
 from posttrain.data.files import DatasetError
 from posttrain.data.decontamination import DecontaminationConfig, EvalIndex, find_contamination, tokens_of
 from posttrain.data.sources import RoleData
@@ -47,7 +47,7 @@ data:
 
 
 def _project(tmp_path, extra: str = "") -> object:
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     shapes.write_math500(tmp_path / "data")
     shapes._parquet(tmp_path / "data" / "competition_math" / "train.parquet", MATH_TRAIN)
@@ -104,7 +104,7 @@ def test_drop_removes_the_contaminated_rows_counts_them_and_keeps_the_rest(tmp_p
 def test_drop_counts_every_upsampled_copy_and_the_prepared_lineage_says_so(tmp_path):
     import json
 
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import prepare
 
     shapes.write_math500(tmp_path / "data")
@@ -171,7 +171,7 @@ def test_a_stricter_threshold_or_shorter_ngrams_are_settings():
 
 def test_the_embedded_world_is_clean_under_the_default_settings(tmp_path):
     from conftest import write_smoke_config
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.sources import SourceConfig, load_role
     from posttrain.world.build import EVAL_FILES, FILE_ROLES, ROLE_FILES, WorldPaths, build_data
 

@@ -13,15 +13,15 @@ pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: python scri
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(1800)]
 
 from conftest import cold_start_inputs  # noqa: E402
-from posttrain.trainer_config import LauncherConfig  # noqa: E402
+from posttrain.config.trainers import LauncherConfig  # noqa: E402
 
 
 @pytest.mark.parametrize("profile", ["zero3", "zero2"])
 def test_the_shipped_deepspeed_profiles_train_cold_start_on_two_cpu_processes(tmp_path, profile):
     import torch
 
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import command, launch
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.training.launcher import command, launch
 
     cfg, parent, inputs = cold_start_inputs(tmp_path, profile)
     work = tmp_path / "runs" / profile / "cold_start_sft"
@@ -51,8 +51,8 @@ def test_zero3_on_two_ranks_trains_what_one_process_trains(tmp_path):
     checkpoint's logits are the in-process run's, within 1e-4."""
     import torch
 
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import launch
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.training.launcher import launch
 
     cfg, _, alone = cold_start_inputs(tmp_path, "alone")
     _, _, sharded = cold_start_inputs(tmp_path, "sharded")
@@ -81,7 +81,7 @@ def _zero_rl_inputs(tmp_path, profile: str, **trainer):
     from transformers import AutoTokenizer
 
     from flows.chain import base_checkpoint
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from tests.userdata import build_project, train_on_sums
@@ -106,8 +106,8 @@ def _zero_rl_inputs(tmp_path, profile: str, **trainer):
 
 
 def test_grpo_steps_under_zero2_on_two_cpu_processes(tmp_path):
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import launch
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.training.launcher import launch
 
     stage, inputs, _ = _zero_rl_inputs(tmp_path, "zero2", max_steps=3)
     result = launch("reasoning_rl", stage, inputs, stage.launcher)
@@ -130,8 +130,8 @@ def test_a_killed_rank_fails_grpo_under_zero3_and_a_rerun_resumes_from_the_shard
     gathered into one checkpoint."""
     from test_launcher import launch_killing_rank_1
 
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import launch
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.training.launcher import launch
 
     stage, inputs, request = _zero_rl_inputs(tmp_path, "zero3", max_steps=30, save_steps=2)
     work = request.parent.parent

@@ -116,7 +116,7 @@ def _run(name: str, timeout: float = 900, **parameters):
 
 
 def _registry(project):
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     return Registry(project / "runs" / "registry", model_name="posttrain-smoke")
 
@@ -124,7 +124,7 @@ def _registry(project):
 def test_pipeline_promote_rollback_evaluate_through_the_api(served):
     from prefect.client.orchestration import get_client
 
-    from posttrain import promotion
+    from posttrain.registry import promotion
 
     url, project, home = served
     config = str(project / "smoke.yaml")

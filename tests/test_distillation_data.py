@@ -1,6 +1,6 @@
 """What the distilled student is taught: verified teacher replies, and for a `/no_think` prompt
 whose reply was refused, the teacher's verified thinking answer after an empty think block."""
-from posttrain.generation import Generation
+from posttrain.generation.engines import Generation
 
 
 def _math(question: str, answer: str, thinking: bool | None) -> dict:
@@ -47,7 +47,7 @@ def _direct(question: str, answer: str) -> dict:
 
 
 def test_refused_prompts_of_the_resampled_kinds_are_sampled_again_and_the_first_verified_sample_kept(monkeypatch):
-    from posttrain.config import DistillationStageConfig
+    from posttrain.config.pipeline import DistillationStageConfig
     from stages import distillation
 
     prompts = [_math("2+3?", "5", True), _math("4+4?", "8", False), _math("1+1?", "2", True), _direct("capital?", "Paris")]
@@ -76,7 +76,7 @@ def test_refused_prompts_of_the_resampled_kinds_are_sampled_again_and_the_first_
 
 
 def test_resampling_is_off_by_default(monkeypatch):
-    from posttrain.config import DistillationStageConfig
+    from posttrain.config.pipeline import DistillationStageConfig
     from stages import distillation
 
     def no_call(*_, **__):

@@ -1,8 +1,8 @@
 """Scoring one evaluation suite: which metrics its kind and mode give, per-language splits, and a
 reply cut off at the budget earning nothing."""
-from posttrain.config import EvalSuiteConfig
-from posttrain.evaluation import score_suite
-from posttrain.generation import Generation
+from posttrain.config.pipeline import EvalSuiteConfig
+from posttrain.evaluation.suites import score_suite
+from posttrain.generation.engines import Generation
 
 ROWS = [{"prompt": [{"role": "user", "content": "What is 2 plus 2?"}], "kind": "math", "answer": "4", "language": "en"},
         {"prompt": [{"role": "user", "content": "2加2等于几？"}], "kind": "math", "answer": "4", "language": "zh"}]
@@ -37,9 +37,9 @@ def test_pass_at_one_over_samples_is_the_items_mean():
 
 def test_evaluate_scores_only_the_suites_it_is_given(tokenizer, tmp_path):
     """`evaluate(..., suites=...)` on a config naming more suites: the ones given, no KeyError for the rest."""
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.files import write_jsonl
-    from posttrain.evaluation import evaluate
+    from posttrain.evaluation.suites import evaluate
     from posttrain.schema import DatasetRef
     from test_rl_resume import _tiny_model
 

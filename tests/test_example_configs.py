@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from posttrain.config import STAGE_TABLE, load_config
+from posttrain.config.pipeline import STAGE_TABLE
+from posttrain.config.loading import load_config
 
 EXAMPLES = sorted((ROOT / "configs" / "examples").glob("*.yaml"))
 

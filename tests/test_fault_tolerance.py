@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, write_smoke_config
-from posttrain.attempts import read_attempt
+from posttrain.orchestration.attempts import read_attempt
 from test_deployments import _free_port, _stop, _wait_healthy
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]  # make test-all and CI run it
@@ -164,8 +164,8 @@ def _assert_registry_consistent(project: Path) -> list[dict]:
     """One version per checkpoint digest; every version's checkpoint intact; every version was
     registered by a run whose report lists that stage, passed, with that digest (a stage killed
     before it returned is never registered, whatever it left on disk)."""
-    from posttrain.checkpoint import is_intact
-    from posttrain.registry import Registry
+    from posttrain.registry.checkpoint import is_intact
+    from posttrain.registry.model_registry import Registry
     from posttrain.schema import CheckpointRef
 
     registry = Registry(project / "runs" / "registry", model_name="posttrain-smoke")
@@ -230,7 +230,7 @@ def test_kill_inside_every_stage_then_relaunch(project, prefect_server, tmp_path
 
     # Before the last launch: simulate a kill between registering a checkpoint and recording its gate
     # (a window of milliseconds the random kills cannot aim at): the relaunch must record the gate.
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     registry = Registry(project / "runs" / "registry", model_name="posttrain-smoke")
     half = next(v for v in registry.versions() if v["stage"] == "cold_start_sft")
@@ -254,7 +254,7 @@ def test_kill_inside_every_stage_then_relaunch(project, prefect_server, tmp_path
 
 # ---------------------------------------------------------------------------------- resume after kill -9
 # A killed `posttrain run` leaves its flow run RUNNING on the API (nothing is left to report the end):
-# `posttrain resume` must tell that its process is gone (posttrain/liveness.py), mark it Crashed and
+# `posttrain resume` must tell that its process is gone (posttrain/orchestration/liveness.py), mark it Crashed and
 # resume that same flow run.
 
 
@@ -264,8 +264,8 @@ def test_resume_a_run_whose_process_was_killed_inside_a_stage(project, prefect_s
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from posttrain import cli
-    from posttrain.liveness import RECORD_FILE, read_record
-    from posttrain.registry import Registry  # noqa: F401  (MLflow imported now: `status` mid-run is then quick)
+    from posttrain.orchestration.liveness import RECORD_FILE, read_record
+    from posttrain.registry.model_registry import Registry  # noqa: F401  (MLflow imported now: `status` mid-run is then quick)
 
     def cli_out(*argv) -> tuple[int, str, str]:
         code = cli.main(list(argv))
@@ -326,7 +326,7 @@ def test_resume_a_run_whose_process_was_killed_inside_a_stage(project, prefect_s
     _assert_rl_resumed_from(final["reasoning_rl"], resume_step)
     _assert_registry_consistent(project)
     # The killed stage's training run is closed (KILLED), not left RUNNING in the registry's UI.
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     registry = Registry.for_config(load_config(config))
     runs = registry.client.search_runs([registry._experiment()], filter_string=f"tags.flow_run = '{run_id}'")
@@ -340,7 +340,7 @@ def test_resume_a_run_whose_process_was_killed_inside_a_stage(project, prefect_s
 
 
 # ---------------------------------------------------------------------------------- stage attempts
-# posttrain/attempts.py on fake trainer folders: what a relaunch adopts, and what it never does.
+# posttrain/orchestration/attempts.py on fake trainer folders: what a relaunch adopts, and what it never does.
 
 
 def _fake_checkpoint(trainer_dir: Path, step: int, complete: bool = True) -> Path:
@@ -353,7 +353,7 @@ def _fake_checkpoint(trainer_dir: Path, step: int, complete: bool = True) -> Pat
 
 
 def test_a_relaunch_adopts_the_newest_complete_checkpoint_of_an_interrupted_attempt(tmp_path):
-    from posttrain.attempts import finish_attempt, read_attempt, start_attempt
+    from posttrain.orchestration.attempts import finish_attempt, read_attempt, start_attempt
 
     runs = tmp_path / "runs"
     killed = runs / "run-a" / "reasoning_rl"

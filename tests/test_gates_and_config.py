@@ -2,8 +2,10 @@
 that drive them."""
 import pytest
 
-from posttrain.config import ConfigError, GateConfig, GateTarget, load_config
-from posttrain.gates import judge, paired_interval
+from posttrain.config.pipeline import ConfigError
+from posttrain.config.gates import GateConfig, GateTarget
+from posttrain.config.loading import load_config
+from posttrain.evaluation.gates import judge, paired_interval
 from posttrain.schema import EvalResult
 
 
@@ -110,7 +112,7 @@ def test_cli_run_rejects_a_bad_config_before_starting_anything(tmp_path, capsys)
 
 
 def test_a_declared_tolerance_fails_only_when_the_whole_interval_is_below_minus_max_drop():
-    from posttrain.config import RegressionCheck
+    from posttrain.config.gates import RegressionCheck
 
     parent = _eval([1.0] * 600 + [0.0] * 400)
     slightly_worse = _eval([0.0] * 10 + [1.0] * 590 + [0.0] * 400)     # -0.01: significant, within 0.02
@@ -125,7 +127,7 @@ def test_a_declared_tolerance_fails_only_when_the_whole_interval_is_below_minus_
 
 
 def test_holm_keeps_the_family_wise_error_and_still_rejects_a_clear_effect():
-    from posttrain.gates import holm
+    from posttrain.evaluation.gates import holm
 
     assert holm([0.03, 0.04, 0.5], alpha=0.05) == [False, False, False]   # each alone would fail at 5%
     assert holm([0.001, 0.02, 0.5], alpha=0.05) == [True, True, False]     # 0.001 <= .05/3, 0.02 <= .05/2
@@ -133,7 +135,7 @@ def test_holm_keeps_the_family_wise_error_and_still_rejects_a_clear_effect():
 
 
 def test_a_small_suite_says_how_large_a_drop_it_could_have_missed():
-    from posttrain.gates import smallest_detectable_drop
+    from posttrain.evaluation.gates import smallest_detectable_drop
 
     small, large = [1.0, 0.0] * 15, [1.0, 0.0] * 500
     assert smallest_detectable_drop(small, small, 0.0, 0.05) > 0.3    # 30 items: a 30-point drop can hide
@@ -141,12 +143,12 @@ def test_a_small_suite_says_how_large_a_drop_it_could_have_missed():
 
 
 def test_later_gates_carry_every_checked_capability_unless_opted_out_with_a_reason():
-    from posttrain.gates import carried_checks
+    from posttrain.evaluation.gates import carried_checks
     from posttrain.schema import EvalResult
 
     earlier = [("mode_fusion_sft", GateConfig(targets=[GateTarget(metric="no_think/mode_compliance", min=0.9)])),
                ("general_rl", GateConfig(regression=["math/accuracy"]))]
-    carried = carried_checks(earlier, __import__("posttrain.config", fromlist=["GatesConfig"]).GatesConfig())
+    carried = carried_checks(earlier, __import__("posttrain.config.gates", fromlist=["GatesConfig"]).GatesConfig())
     assert {(c.metric, c.origin) for c in carried} == {("no_think/mode_compliance", "mode_fusion_sft"),
                                                        ("math/accuracy", "general_rl")}
     teacher = EvalResult(metrics={"no_think/mode_compliance": 0.98, "math/accuracy": 0.5},
@@ -167,7 +169,7 @@ def test_later_gates_carry_every_checked_capability_unless_opted_out_with_a_reas
 
 
 def test_served_configs_must_lie_in_the_allowed_folders_symlinks_followed(tmp_path, monkeypatch):
-    from posttrain.config import served_config_path
+    from posttrain.config.loading import served_config_path
 
     configs, outside = tmp_path / "configs", tmp_path / "outside.yaml"
     configs.mkdir()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from posttrain.generation import TokenPicker, decode, generate
+from posttrain.generation.engines import TokenPicker, decode, generate
 from tests.userdata import build_tokenizer
 
 ARCHITECTURES = {
@@ -125,7 +125,7 @@ def _ids(tokenizer, text: str) -> list[int]:
 
 @pytest.fixture
 def budget_parts(tokenizer):
-    from posttrain.generation import ThinkingBudget
+    from posttrain.generation.engines import ThinkingBudget
 
     think = ThinkingBudget(tokens=4, sentence="stop now.")
     return think, _ids(tokenizer, "<think>"), _ids(tokenizer, "</think>"), _ids(tokenizer, think.inserted()), _ids(tokenizer, "1 2 3 4 5 6 7 8 9")
@@ -136,7 +136,7 @@ def _steer(tracker, stream: list[int]) -> list[int]:
 
 
 def test_budget_reached_inserts_the_sentence_and_the_close_marker(tokenizer, budget_parts):
-    from posttrain.generation import _BudgetTracker
+    from posttrain.generation.engines import _BudgetTracker
 
     think, open_, close, forced, words = budget_parts
     tracker = _BudgetTracker(think, tokenizer, [_ids(tokenizer, "question")])
@@ -148,7 +148,7 @@ def test_budget_reached_inserts_the_sentence_and_the_close_marker(tokenizer, bud
 
 
 def test_a_think_block_closed_in_time_is_left_alone(tokenizer, budget_parts):
-    from posttrain.generation import _BudgetTracker
+    from posttrain.generation.engines import _BudgetTracker
 
     think, open_, close, forced, words = budget_parts
     tracker = _BudgetTracker(think, tokenizer, [_ids(tokenizer, "question")])
@@ -157,7 +157,7 @@ def test_a_think_block_closed_in_time_is_left_alone(tokenizer, budget_parts):
 
 
 def test_budget_zero_inserts_at_once_even_when_the_template_opened_the_block(tokenizer, budget_parts):
-    from posttrain.generation import ThinkingBudget, _BudgetTracker
+    from posttrain.generation.engines import ThinkingBudget, _BudgetTracker
 
     _, open_, close, _, words = budget_parts
     zero = ThinkingBudget(tokens=0, sentence="stop now.")
@@ -171,7 +171,7 @@ def test_budget_zero_inserts_at_once_even_when_the_template_opened_the_block(tok
 def test_budget_on_a_model_that_never_closes_its_think_block(tokenizer):
     """A random tiny model never writes </think>: the budget closes the block for it and the reply
     goes on after the inserted sentence; without a budget it thinks to the end."""
-    from posttrain.generation import ThinkingBudget
+    from posttrain.generation.engines import ThinkingBudget
 
     model = tiny_model("qwen3", tokenizer)
     prompts = [f"{p} <think>" for p in PROMPTS]

@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from posttrain.config import DistillationStageConfig, EvaluationConfig, PipelineConfig, RejectionSamplingConfig
-from posttrain.generation import (ThinkingBudget, VLLMEngine, _BudgetTracker, engine_generate, generate_replies,
-                                  vllm_sampling_kwargs)
-from posttrain.trainer_config import cache_relevant
+from posttrain.config.pipeline import DistillationStageConfig, EvaluationConfig, PipelineConfig, RejectionSamplingConfig
+from posttrain.generation.engines import ThinkingBudget, VLLMEngine, _BudgetTracker, engine_generate, generate_replies, vllm_sampling_kwargs
+from posttrain.config.trainers import cache_relevant
 from tests.conftest import config_error
 from tests.userdata import build_model, build_tokenizer
 
@@ -43,7 +42,7 @@ def test_backend_vllm_without_vllm_is_refused_at_load(tmp_path, where, yaml):
 def test_vllms_gpu_build_on_a_cpu_only_torch_is_refused_at_load_and_its_cpu_build_is_not(tmp_path, monkeypatch):
     import torch
 
-    from posttrain import trainer_config
+    from posttrain.config import trainers as trainer_config
 
     monkeypatch.setattr(trainer_config, "_installed", lambda module: True)
     if torch.version.cuda is not None:
@@ -230,7 +229,7 @@ def test_the_vllm_engine_answers_through_the_one_generation_function(tokenizer):
 
 
 def test_the_teachers_size_is_read_from_its_config(tmp_path, tokenizer):
-    from posttrain.checkpoint import load_checkpoint
+    from posttrain.registry.checkpoint import load_checkpoint
 
     build_model(tmp_path / "m", tokenizer, hidden=32, layers=2, seed=0)
     engine = VLLMEngine(None, SimpleNamespace, stop_ids=set(), model_defaults={}, location=str(tmp_path / "m"))
@@ -242,7 +241,7 @@ def test_a_tokenizer_without_think_tokens_is_refused_for_vllm(tmp_path):
     from transformers import AutoTokenizer
 
     from posttrain.chat import ChatConfig
-    from posttrain.checkpoint import prepare_for_chat
+    from posttrain.registry.checkpoint import prepare_for_chat
     from posttrain.world.tokenizer import build_tokenizer as world_tokenizer
 
     world_tokenizer(tmp_path / "tok")
@@ -255,8 +254,8 @@ def test_a_tokenizer_without_think_tokens_is_refused_for_vllm(tmp_path):
 def test_one_engine_protocol_for_both_backends(tmp_path, tokenizer):
     """`load_generator` hands back an engine (hf: our loop over the model) that `generate` drives the
     same way as vLLM's; a transformers model given as it is runs in that loop; `release` closes it."""
-    from posttrain.config import EvaluationConfig
-    from posttrain.generation import GenerationEngine, HFEngine, generate, load_generator, release
+    from posttrain.config.pipeline import EvaluationConfig
+    from posttrain.generation.engines import GenerationEngine, HFEngine, generate, load_generator, release
     from posttrain.schema import ModelSettings
 
     build_model(tmp_path / "m", tokenizer, hidden=32, layers=2, seed=0)

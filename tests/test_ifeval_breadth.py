@@ -10,9 +10,9 @@ import pytest
 
 import published_shapes as shapes
 from posttrain.chat import assemble_response
-from posttrain.config import EvalSuiteConfig
-from posttrain.evaluation import score_suite
-from posttrain.generation import Generation
+from posttrain.config.pipeline import EvalSuiteConfig
+from posttrain.evaluation.suites import score_suite
+from posttrain.generation.engines import Generation
 from posttrain.rewards import verify_row
 from posttrain.rewards.ifeval_forms import RLVR_FUNCTIONS, constraints_from_ground_truth
 from posttrain.rewards.ifeval_reference import REFERENCE, follows, loose_variants
@@ -268,7 +268,7 @@ def test_rlvr_functions_keep_open_instructs_meaning(func, args, good, bad):
 
 
 def _load(tmp_path, yaml_text: str) -> dict:
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import load_all
 
     (tmp_path / "config.yaml").write_text(yaml_text)

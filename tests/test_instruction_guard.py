@@ -13,7 +13,8 @@ import pytest
 
 from posttrain.chat import assemble_response
 from posttrain.rewards import verify_row
-from posttrain.rewards.instruction import count_real_words, count_words, instruction_score
+from posttrain.rewards.instruction_text import count_real_words, count_words
+from posttrain.rewards.instruction import instruction_score
 from posttrain.world import tasks
 from posttrain.world.build import _instruction_prompt
 

@@ -8,10 +8,8 @@ import pytest
 from posttrain.chat import assemble_response
 from posttrain.rewards import instruction
 from posttrain.rewards.instruction_guard import degenerate_reason
-from posttrain.rewards.instruction import (
-    INSTRUCTION_VERSION, check_constraint, constraints_from_ifeval, count_words, fold_text,
-    instruction_score, parse_constraints, validate_constraints,
-)
+from posttrain.rewards.instruction import INSTRUCTION_VERSION, check_constraint, constraints_from_ifeval, instruction_score, parse_constraints, validate_constraints
+from posttrain.rewards.instruction_text import count_words, fold_text
 from posttrain.world import tasks
 
 NO_THINK_FORBIDDEN = [{"type": "no_thinking"}, {"type": "forbidden_words", "words": ["answer"]}]

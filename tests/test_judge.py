@@ -139,7 +139,7 @@ def test_the_judge_reads_the_reply_after_its_thinking(server):
 def test_a_local_judge_model_that_cannot_judge_scores_zero_counted(tokenizer, tmp_path):
     """The local engine path on an untrained model: its replies hold no verdict, so every item is
     unparsable and scores 0; nothing raises."""
-    from posttrain.config import JudgeConfig
+    from posttrain.config.rl import JudgeConfig
     from posttrain.rewards.judge import build_judge
     from posttrain.schema import ModelSettings
     from posttrain.world.model import Architecture, build_model

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, config_error, write_smoke_config
-from posttrain.config import load_config
-from posttrain.launcher import StageLaunchFailed, command, failure_message
-from posttrain.trainer_config import LauncherConfig
+from posttrain.config.loading import load_config
+from posttrain.training.launcher import StageLaunchFailed, command, failure_message
+from posttrain.config.trainers import LauncherConfig
 
 
 @pytest.mark.parametrize("stage, launcher, words", [
@@ -149,7 +149,7 @@ def launch_killing_rank_1(stage, inputs, work: Path, request: Path) -> tuple[lis
     """Launch a 2-process reasoning RL stage and SIGKILL its rank 1 once the first in-stage checkpoint
     (checkpoint-2) is written: (the pids killed, the stage's failure). Stops watching if the stage
     ends on its own first."""
-    from posttrain.launcher import launch
+    from posttrain.training.launcher import launch
 
     killed: list[int] = []
     ended = threading.Event()
@@ -179,7 +179,7 @@ def launch_killing_rank_1(stage, inputs, work: Path, request: Path) -> tuple[lis
 def test_a_killed_rank_fails_the_stage_and_a_rerun_resumes(tmp_path):
     """Reasoning RL as a 2-process torchrun job; rank 1 is killed after the first in-stage
     checkpoint: the stage fails naming rank 1 and SIGKILL; the rerun starts from that checkpoint."""
-    from posttrain.launcher import launch
+    from posttrain.training.launcher import launch
     from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint, ensure_world
@@ -219,8 +219,8 @@ def test_the_shipped_accelerate_profiles_run_on_cpu(tmp_path, profile):
     import torch
 
     from conftest import cold_start_inputs
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.launcher import launch
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.training.launcher import launch
 
     cfg, parent, inputs = cold_start_inputs(tmp_path, profile)
     launcher = LauncherConfig(kind="accelerate", config_file=f"configs/accelerate/{profile}.yaml", num_processes=2)

@@ -1,4 +1,4 @@
-"""posttrain/liveness.py: is the process a run recorded still alive?  A pid alone is not enough:
+"""posttrain/orchestration/liveness.py: is the process a run recorded still alive?  A pid alone is not enough:
 a dead process's pid is reused, so the record's start time must match too."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain import liveness
+from posttrain.orchestration import liveness
 
 
 @pytest.fixture

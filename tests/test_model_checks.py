@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from posttrain.chat import ChatConfig
-from posttrain.checkpoint import ModelCheckError, check_model, load_checkpoint
-from posttrain.generation import _stop_ids
+from posttrain.registry.checkpoint import ModelCheckError, check_model, load_checkpoint
+from posttrain.generation.engines import _stop_ids
 from posttrain.schema import ModelSettings
 from userdata import QWEN3_STYLE_TEMPLATE, build_model, build_tokenizer
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, write_smoke_config
-from posttrain.liveness import identify
+from posttrain.orchestration.liveness import identify
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # make test-all and CI run it
 

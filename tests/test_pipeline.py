@@ -101,7 +101,7 @@ def test_failure_in_stage_4_then_resume_reuses_stages_1_to_3(prefect_harness, sm
         assert episodes and episodes[0]["rows"] > 0, name
     assert {"tool/accuracy", "tool/tool_calls", "tool/tool_errors"} <= set(stages["general_rl"]["eval"])
 
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     registry = Registry(smoke_project / "runs" / "registry", model_name="posttrain-smoke")
     # Every stage's checkpoint is a registered version (a stage that left the weights bit-identical,
@@ -132,8 +132,8 @@ def test_altered_or_deleted_cached_checkpoint_is_recomputed_and_its_version_repa
                                                                                     monkeypatch):
     from pathlib import Path
 
-    from posttrain.promotion import check_promotable
-    from posttrain.registry import Registry
+    from posttrain.registry.promotion import check_promotable
+    from posttrain.registry.model_registry import Registry
 
     state, report = _run(smoke_project, monkeypatch)
     assert state.is_completed()
@@ -165,7 +165,7 @@ def test_failed_gate_fails_the_flow_and_rejects_the_checkpoint(prefect_harness, 
     state = pipeline(config_path=str(strict), return_state=True)
     assert state.is_failed() and "gate of cold_start_sft failed" in state.message
 
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     registry = Registry(smoke_project / "runs" / "registry", model_name="posttrain-smoke")
     rejected = [v for v in registry.versions() if v["tags"].get("gate") == "failed"]

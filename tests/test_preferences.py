@@ -18,7 +18,7 @@ GREEN = {"role": "assistant", "content": "It is green."}
 
 
 def _config(tmp_path, source: str, extra: str = "") -> object:
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     path = tmp_path / "config.yaml"
     path.write_text(f"data:\n  preferences:\n    - {source}\n{extra}")
@@ -141,7 +141,7 @@ def test_prompt_transforms_are_refused_on_the_role(tmp_path):
 
 
 def test_the_role_is_optional_prepared_content_addressed_and_read_by_the_reward_model_stage_only(tmp_path):
-    from posttrain.config import STAGE_TABLE
+    from posttrain.config.pipeline import STAGE_TABLE
     from posttrain.data.prepared import prepare
 
     shapes.write_gsm8k(tmp_path / "data")

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from posttrain.config import ConfigError, load_config
+from posttrain.config.pipeline import ConfigError
+from posttrain.config.loading import load_config
 from posttrain.data.store import DatasetStore
 
 

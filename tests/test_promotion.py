@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from posttrain import promotion
-from posttrain.checkpoint import directory_digest
-from posttrain.lineage import lineage
-from posttrain.promotion import PRODUCTION_ALIAS, PromotionError, PromotionRefused
-from posttrain.registry import Registry
+from posttrain.registry import promotion
+from posttrain.registry.checkpoint import directory_digest
+from posttrain.registry.lineage import lineage
+from posttrain.registry.promotion import PRODUCTION_ALIAS, PromotionError, PromotionRefused
+from posttrain.registry.model_registry import Registry
 from posttrain.schema import CheckpointRef, GateCheck, GateVerdict
-from posttrain.versus_production import compare
+from posttrain.registry.versus_production import compare
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -216,8 +216,8 @@ def test_rollback_previous_then_named(world):
 def _worker(root: str, ops: list, barrier, out: str, env: dict | None = None) -> None:
     """Runs in a spawned process: its own Registry on the same files."""
     os.environ.update(env or {})
-    from posttrain import promotion as p
-    from posttrain.registry import Registry as R
+    from posttrain.registry import promotion as p
+    from posttrain.registry.model_registry import Registry as R
 
     reg = R(Path(root), model_name=MODEL)
     if barrier is not None:

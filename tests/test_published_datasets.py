@@ -14,7 +14,7 @@ from posttrain.rewards import verify_row
 
 
 def _load(tmp_path, yaml_text: str) -> dict:
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import load_all
 
     path = tmp_path / "config.yaml"
@@ -328,7 +328,8 @@ data:
 
 
 def test_an_unquoted_yaml_boolean_as_a_value_map_key_is_refused(tmp_path):
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import load_config
 
     (tmp_path / "config.yaml").write_text("data:\n  thinking: {path: d.jsonl, values: {thinking: {on: true, off: false}}}\n")
     with pytest.raises(ConfigError, match="quote"):
@@ -360,7 +361,7 @@ def test_a_transform_changes_the_data_hash_a_stage_is_keyed_on_and_the_config_ha
     """flows/tasks.py keys a stage on the md5 of each prepared role file (not on the source
     settings): a transform that changes the rows changes that md5; `config_hash` (a version's
     lineage tag) holds the source settings themselves."""
-    from posttrain.config import config_hash, load_config
+    from posttrain.config.loading import config_hash, load_config
     from posttrain.data.prepared import prepare
 
     shapes.write_gsm8k(tmp_path / "data")
@@ -378,9 +379,9 @@ def test_a_transform_changes_the_data_hash_a_stage_is_keyed_on_and_the_config_ha
 
 
 def test_dropped_rows_reach_the_prepared_roles_lineage_and_the_report_card(tmp_path):
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import prepare
-    from posttrain.report import render_markdown
+    from posttrain.evaluation.report import render_markdown
     from posttrain.schema import RunReport
 
     shapes.write_competition_math(tmp_path / "data")

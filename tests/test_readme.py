@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from posttrain.config import EvalSuiteConfig
+from posttrain.config.pipeline import EvalSuiteConfig
 from posttrain.data.sources import SourceConfig
 
 README = (ROOT / "README.md").read_text()
@@ -34,7 +34,7 @@ def test_each_source_line_of_the_dataset_table_validates(dataset, role, line):
 def test_the_example_config_of_the_guide_validates():
     section = README[README.index("## Post-train your own model and data"):]
     example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
-    from posttrain.config import BaseModelConfig
+    from posttrain.config.pipeline import BaseModelConfig
 
     BaseModelConfig.model_validate(example["base"])
     for role, sources in example["data"].items():

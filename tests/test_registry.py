@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.registry import Registry, candidate_alias
+from posttrain.registry.model_registry import Registry, candidate_alias
 from posttrain.schema import CheckpointRef, GateCheck, GateVerdict
 
 
@@ -190,7 +190,7 @@ def test_training_run_logged_and_readable(reg, tmp_path):
 
 
 def _open_registry(root: str) -> None:
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     Registry(Path(root), model_name="posttrain-race")
 
@@ -210,7 +210,7 @@ def test_processes_opening_a_new_registry_at_once_all_succeed(tmp_path):
 
 
 def test_metric_names_mlflow_refuses_are_spelled_out_and_stay_distinct(tmp_path):
-    from posttrain.registry import Registry, metric_name
+    from posttrain.registry.model_registry import Registry, metric_name
 
     assert metric_name("sampler/success/L1+") == "sampler/success/L1_plus_"
     assert metric_name("sampler/success/L2*") == "sampler/success/L2_times_"
@@ -223,7 +223,7 @@ def test_metric_names_mlflow_refuses_are_spelled_out_and_stay_distinct(tmp_path)
 
 
 def _register_once_in_a_process(root: str, digest: str, queue) -> None:
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
     from posttrain.schema import CheckpointRef
 
     registry = Registry(Path(root), model_name="posttrain-race")
@@ -234,7 +234,7 @@ def test_two_runs_finishing_the_same_stage_at_once_register_it_once(tmp_path):
     """Two runs of one project reach the same checkpoint together: one version, found by both."""
     import multiprocessing
 
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     Registry(tmp_path, model_name="posttrain-race")   # created once, as a run's start does
     context = multiprocessing.get_context("spawn")
@@ -254,8 +254,8 @@ def test_two_runs_finishing_the_same_stage_at_once_register_it_once(tmp_path):
 def test_a_version_whose_checkpoint_was_altered_is_restored_when_the_stage_recomputes_it(reg, tmp_path):
     """The stage recomputed an altered checkpoint in a new run's folder (same digest): the version
     that pointed at the altered copy serves the digest it was registered with again."""
-    from posttrain.checkpoint import seal
-    from posttrain.promotion import check_promotable
+    from posttrain.registry.checkpoint import seal
+    from posttrain.registry.promotion import check_promotable
 
     first = tmp_path / "run1" / "checkpoint"
     first.mkdir(parents=True)

@@ -80,7 +80,7 @@ def server(tmp_path_factory):
 
 
 def test_registry_location_is_a_folder_or_an_http_server(tmp_path):
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
 
     path = tmp_path / "c.yaml"
     path.write_text("paths: {registry: 'http://127.0.0.1:5000/'}\n")
@@ -98,7 +98,7 @@ def test_registry_location_is_a_folder_or_an_http_server(tmp_path):
 
 
 def test_unreachable_server_is_a_clear_error(tmp_path):
-    from posttrain.registry import Registry, RegistryUnreachable
+    from posttrain.registry.model_registry import Registry, RegistryUnreachable
 
     url = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(RegistryUnreachable, match=r"paths\.registry.*make mlflow"):
@@ -119,9 +119,9 @@ def test_a_command_on_an_unreachable_server_says_so(tmp_path, capsys):
 
 @needs_server
 def test_versions_aliases_promotion_and_lineage_through_the_server(server, tmp_path):
-    from posttrain import promotion
-    from posttrain.lineage import lineage
-    from posttrain.registry import Registry
+    from posttrain.registry import promotion
+    from posttrain.registry.lineage import lineage
+    from posttrain.registry.model_registry import Registry
 
     reg = Registry(tmp_path / "state", model_name="posttrain-ops", server=server)
     assert not (tmp_path / "state" / "mlflow.db").exists()   # nothing local but locks and history
@@ -183,8 +183,8 @@ def test_training_metrics_reach_the_registry_at_every_logging_step(backend, requ
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from posttrain.live_metrics import follow
-    from posttrain.registry import Registry
+    from posttrain.registry.live_metrics import follow
+    from posttrain.registry.model_registry import Registry
     from posttrain.schema import CheckpointRef, StageInputs
 
     if backend == "server" and not _full_mlflow():
@@ -240,7 +240,7 @@ def test_training_metrics_reach_the_registry_at_every_logging_step(backend, requ
 
 @needs_server
 def test_a_stage_that_did_not_log_live_gets_its_curve_at_the_end(server, tmp_path):
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     reg = Registry(tmp_path / "state", model_name="posttrain-late", server=server)
     run_id = reg.start_training("rejection_sampling", {}).run_id
@@ -260,7 +260,7 @@ def test_smoke_pipeline_registers_into_the_server(server, tmp_path, monkeypatch)
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.pipeline import pipeline
-    from posttrain.registry import Registry
+    from posttrain.registry.model_registry import Registry
 
     config = write_smoke_config(tmp_path)
     cfg = yaml.safe_load(config.read_text())

@@ -65,7 +65,7 @@ def test_every_stage_of_the_chain_has_a_recipe_and_the_embedded_pools_use_its_na
     the embedded world's pool shares are keyed by those names (no second naming of the stages)."""
     import importlib
 
-    from posttrain.config import STAGES, PipelineConfig
+    from posttrain.config.pipeline import STAGES, PipelineConfig
     from posttrain.world.build import POOL_SHARES
 
     for name in STAGES:

@@ -10,7 +10,8 @@ import pytest
 
 from posttrain.chat import parse_response
 from posttrain.rewards import correctness, direct_match, format_reward, language_consistency, mode, verify_row
-from posttrain.rewards.instruction import count_words, instruction_score
+from posttrain.rewards.instruction_text import count_words
+from posttrain.rewards.instruction import instruction_score
 from posttrain.rewards.length import NO_ANSWER, make_length_reward
 from posttrain.rewards.math import verify_math
 

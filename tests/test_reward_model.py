@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import RLAlertsConfig, RewardModelConfig
+from posttrain.config.rl import RLAlertsConfig
+from posttrain.config.pipeline import RewardModelConfig
 from posttrain.rewards.model_based import CHECKED, CHECKED_REPLIES, RAW_SCORE, normalise_groups
 
 pytestmark = pytest.mark.timeout(600)
@@ -46,7 +47,7 @@ def init_model(tokenizer, tmp_path_factory):
 def trained(init_model, tmp_path_factory):
     """The reward_model stage run on 160 pairs: (result, held-out pairs, config)."""
     from posttrain.data.files import dataset_ref, write_jsonl
-    from posttrain.reward_model import split_pairs
+    from posttrain.rewards.reward_model import split_pairs
     from posttrain.schema import StageInputs
     from stages import reward_model
 
@@ -77,7 +78,7 @@ def test_a_pair_scored_through_the_grpo_path_equals_its_reward_trainer_score(tra
     from trl import RewardConfig, RewardTrainer
     from datasets import Dataset
 
-    from posttrain.reward_model import RewardModelScorer, render, side
+    from posttrain.rewards.reward_model import RewardModelScorer, render, side
     from posttrain.rewards.model_based import make_reward_model_reward
     from posttrain.rewards import RewardSettings
 
@@ -106,7 +107,7 @@ def test_a_pair_scored_through_the_grpo_path_equals_its_reward_trainer_score(tra
 def test_as_the_only_reward_it_varies_within_groups_and_orders_them_by_score(trained):
     """What GRPO turns into advantages: per group, z-scores in the order of the model's scores;
     rows of other kinds get None (their own rules pay them)."""
-    from posttrain.reward_model import RewardModelScorer
+    from posttrain.rewards.reward_model import RewardModelScorer
     from posttrain.rewards import RewardSettings
     from posttrain.rewards.model_based import make_reward_model_reward
 
@@ -148,7 +149,7 @@ def test_group_normalisation_truncation_and_length_debias():
 
 
 def test_goodhart_alert_fires_when_the_score_rises_while_the_check_falls():
-    from posttrain.rl_alerts import RLAlerts
+    from posttrain.rl.alerts import RLAlerts
 
     alerts = RLAlerts(RLAlertsConfig(goodhart_window=6, goodhart_drop=0.05), log=lambda _: None)
     fired = [alerts.check(step, {RAW_SCORE: 0.1 * step, CHECKED: 0.6 - 0.03 * step, CHECKED_REPLIES: 100})
@@ -162,7 +163,7 @@ def test_goodhart_alert_fires_when_the_score_rises_while_the_check_falls():
 def test_goodhart_alert_is_quiet_on_a_fall_the_few_replies_checked_explain():
     """0.41 -> 0.32 over 10 steps of 16 checked replies is noise (z 1.2, as a real general RL run on the
     world logged while its held-out check rose 0.18 -> 0.49); the same fall over 400 replies a step is not."""
-    from posttrain.rl_alerts import RLAlerts
+    from posttrain.rl.alerts import RLAlerts
 
     checks = [0.45, 0.40, 0.38, 0.42, 0.40, 0.30, 0.35, 0.31, 0.33, 0.31]
 
@@ -199,7 +200,7 @@ def test_goodhart_alert_counts_the_tests_a_run_makes_from_the_trainers_own_state
     on_train_begin; 40 steps logged every step make 31 window positions of 10."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from posttrain.rl_alerts import RLAlerts
+    from posttrain.rl.alerts import RLAlerts
 
     args = TrainingArguments(output_dir=str(tmp_path), logging_steps=logging_steps, max_steps=40, report_to="none")
     state = TrainerState(max_steps=40)
@@ -248,7 +249,7 @@ def test_a_weighted_reward_model_without_one_is_refused_naming_the_field(tmp_pat
 
 
 def test_without_a_reward_model_configured_the_stage_is_skipped_and_general_rl_scores_no_open_rows():
-    from posttrain.config import STAGE_BY_NAME, PipelineConfig
+    from posttrain.config.pipeline import STAGE_BY_NAME, PipelineConfig
 
     cfg = PipelineConfig()
     assert STAGE_BY_NAME["reward_model"].skipped_unless(cfg)
@@ -274,10 +275,11 @@ def test_evaluation_reports_the_reward_models_score_of_open_suites_as_training_p
     """After the reward model stage, an open-ended suite also reports `<suite>/reward_model`: the raw
     score training's reward gives the same reply (one rendering, model_based.conversation_scores);
     without a reward model there is no such metric, and a gate cannot name it (it is descriptive)."""
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import load_config
     from posttrain.data.files import write_jsonl
-    from posttrain.evaluation import evaluate
-    from posttrain.reward_model import RewardModelScorer
+    from posttrain.evaluation.suites import evaluate
+    from posttrain.rewards.reward_model import RewardModelScorer
     from posttrain.rewards import RewardSettings
     from posttrain.rewards.model_based import make_reward_model_reward
 

@@ -5,7 +5,8 @@ import pytest
 from posttrain.chat import assemble_response
 from posttrain.rewards import build_rewards, correctness, format_reward, instruction, language_consistency
 from posttrain.rewards.format import format_ok
-from posttrain.rewards.instruction import check_constraint, count_words, instruction_score
+from posttrain.rewards.instruction import check_constraint, instruction_score
+from posttrain.rewards.instruction_text import count_words
 from posttrain.rewards.language import language_share
 
 

@@ -77,7 +77,7 @@ def test_held_out_rows_meet_their_world_problems_and_stages_get_prepared_inputs(
     from conftest import write_smoke_config
     from stage_data import math_rows, prepared_data, stage_inputs
 
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.schema import CheckpointRef
     from posttrain.world import tasks
     from posttrain.world.build import build_data
@@ -107,7 +107,7 @@ def test_parent_trains_on_the_cold_start_variant(tmp_path, monkeypatch):
     from conftest import write_smoke_config
 
     import posttrain.world.build as build
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.files import read_jsonl
     from posttrain.schema import CheckpointRef
     from posttrain.world.reflection import is_answer_only

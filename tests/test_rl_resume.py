@@ -66,9 +66,11 @@ def _train(tokenizer, work, strategy: str, num_iterations: int, *, max_steps: in
     import torch
     from datasets import Dataset
 
-    from posttrain.config import GRPOTrainerConfig, ProblemSamplingConfig
-    from posttrain.rl import ProblemStats, StageGRPOTrainer
-    from posttrain.trainers import grpo_args, resume_point
+    from posttrain.config.trainers import GRPOTrainerConfig
+    from posttrain.config.rl import ProblemSamplingConfig
+    from posttrain.rl.sampling import ProblemStats
+    from posttrain.rl.trainer import StageGRPOTrainer
+    from posttrain.training.trainers import grpo_args, resume_point
 
     stats = ProblemStats([f"b{i % 2}" for i in range(PROMPTS)])
     generations = []
@@ -128,7 +130,7 @@ def test_a_killed_and_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.world.build import ensure_world
 
     root = tmp_path_factory.mktemp("rl-resume")
@@ -138,7 +140,7 @@ def smoke(tmp_path_factory):
 
 
 def _run(smoke, work, **trainer):
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import prepare
     from posttrain.schema import StageInputs
     from posttrain.world.build import base_checkpoint
@@ -156,7 +158,7 @@ def _run(smoke, work, **trainer):
 
 
 def test_rerun_continues_from_the_last_trainer_checkpoint_with_the_sampler_state(smoke, tmp_path, monkeypatch):
-    from posttrain.rl import StageGRPOTrainer
+    from posttrain.rl.trainer import StageGRPOTrainer
 
     generated_at, problems = [], []
     original = StageGRPOTrainer._generate_and_score_completions
@@ -194,7 +196,7 @@ def test_rerun_continues_from_the_last_trainer_checkpoint_with_the_sampler_state
 def test_kl_to_the_starting_policy_is_logged_at_beta_zero_and_survives_a_resume(smoke, tmp_path, monkeypatch):
     import torch
 
-    from posttrain.rl import StageGRPOTrainer
+    from posttrain.rl.trainer import StageGRPOTrainer
 
     # The smoke parent earns no reward, so RL would leave it unchanged: move the policy by hand
     # after every training step instead (the optimizer adds nothing to zero gradients).

@@ -1,4 +1,4 @@
-"""GRPO rollouts on the plain transformers path come from posttrain.generation.decode through TRL's
+"""GRPO rollouts on the plain transformers path come from posttrain.generation.engines.decode through TRL's
 `rollout_func` (finished rows leave the batch): the tokens TRL's `generate` gives, forced or
 sampled from the same RNG state, and TRL's own path where a logits processor needs every row's
 history."""
@@ -11,9 +11,9 @@ pytestmark = pytest.mark.timeout(300)
 def _trainer(tokenizer, tmp_path, **generation):
     from datasets import Dataset
 
-    from posttrain.config import GRPOTrainerConfig
-    from posttrain.rl import StageGRPOTrainer
-    from posttrain.trainers import grpo_args
+    from posttrain.config.trainers import GRPOTrainerConfig
+    from posttrain.rl.trainer import StageGRPOTrainer
+    from posttrain.training.trainers import grpo_args
     from posttrain.world.model import Architecture, build_model
 
     model = build_model(Architecture(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -94,10 +94,30 @@ def test_sampled_rollouts_are_the_ones_trls_generate_draws_from_the_same_rng_sta
 
 
 def test_a_processor_that_reads_each_rows_history_keeps_trls_path(tokenizer, tmp_path):
-    from posttrain.rl import decode_rollouts
+    from posttrain.rl.trainer import decode_rollouts
 
     assert _trainer(tokenizer, tmp_path / "plain").rollout_func is decode_rollouts
     trainer = _trainer(tokenizer, tmp_path / "penalty", repetition_penalty=1.3)
     assert trainer.rollout_func is None   # TRL's own generation
     prompt_ids, completion_ids = trainer._generate(TEXTS)[:2]
     assert prompt_ids == _prompts(tokenizer) and len(completion_ids) == len(TEXTS)   # no second BOS either
+
+
+def test_a_template_that_writes_bos_gives_trl_one_bos_not_two():
+    """TRL tokenizes text prompts with the tokenizer's special tokens: the BOS a template already
+    wrote comes off the text, so TRL's ids are the rendered prompt's own."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from posttrain.chat import as_trl_prompt
+
+    vocab = {"<s>": 0, "<unk>": 1, "hello": 2, "world": 3}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", unk_token="<unk>")
+    rendered = "<s> hello world"
+    assert tokenizer(rendered)["input_ids"] == [0, 0, 2, 3]          # what TRL would get unchanged
+    given = as_trl_prompt(tokenizer, rendered)
+    assert tokenizer(given)["input_ids"] == tokenizer(rendered, add_special_tokens=False)["input_ids"] == [0, 2, 3]
+    assert as_trl_prompt(tokenizer, "hello world") == "hello world"   # the template wrote none: TRL adds its own

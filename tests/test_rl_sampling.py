@@ -6,10 +6,12 @@ import collections
 
 import pytest
 
-from posttrain.config import ConfigError, ProblemSamplingConfig, load_config
+from posttrain.config.pipeline import ConfigError
+from posttrain.config.rl import ProblemSamplingConfig
+from posttrain.config.loading import load_config
 from posttrain.rewards import correctness
-from posttrain.rl import ProblemSampler, ProblemStats
-from posttrain.rl_rewards import tracked
+from posttrain.rl.sampling import ProblemSampler, ProblemStats
+from posttrain.rl.rewards import tracked
 
 
 def sampler(buckets, levels=None, *, prompts=4, generations=2, repeat=1, total=100, seed=0, **cfg):
@@ -126,8 +128,8 @@ def test_unknown_sampling_strategy_is_a_config_error_naming_the_field(tmp_path):
 
 
 def test_alerts_fire_once_per_kind_with_the_step_and_the_bound():
-    from posttrain.config import RLAlertsConfig
-    from posttrain.rl_alerts import RLAlerts
+    from posttrain.config.rl import RLAlertsConfig
+    from posttrain.rl.alerts import RLAlerts
 
     seen = []
     alerts = RLAlerts(RLAlertsConfig(kl_max=0.1, zero_reward_steps=2, truncation_max=0.3, uniform_groups_max=0.8),
@@ -145,8 +147,8 @@ def test_alerts_fire_once_per_kind_with_the_step_and_the_bound():
 
 
 def test_logprob_mismatch_alerts_on_async_and_vllm_rollouts():
-    from posttrain.config import RLAlertsConfig
-    from posttrain.rl_alerts import RLAlerts
+    from posttrain.config.rl import RLAlertsConfig
+    from posttrain.rl.alerts import RLAlerts
 
     alerts = RLAlerts(RLAlertsConfig(logprob_mismatch_max=0.1), log=lambda _: None)
     state = type("State", (), {"global_step": 0})()
@@ -162,8 +164,8 @@ def test_logprob_mismatch_alerts_on_async_and_vllm_rollouts():
 
 
 def test_fail_action_and_non_finite_loss_stop_training():
-    from posttrain.config import RLAlertsConfig
-    from posttrain.rl_alerts import RLAlerts, TrainingAlert
+    from posttrain.config.rl import RLAlertsConfig
+    from posttrain.rl.alerts import RLAlerts, TrainingAlert
 
     state = type("State", (), {"global_step": 7})()
     with pytest.raises(TrainingAlert, match="loss is nan at step 7"):
@@ -173,7 +175,7 @@ def test_fail_action_and_non_finite_loss_stop_training():
 
 
 def test_checkpoint_without_sampler_state_resumes_with_a_warning(tmp_path):
-    from posttrain.rl import StageGRPOTrainer
+    from posttrain.rl.trainer import StageGRPOTrainer
 
     trainer = StageGRPOTrainer.__new__(StageGRPOTrainer)  # only restore_sampler is exercised
     trainer.problem_sampler = sampler(["p"] * 4)

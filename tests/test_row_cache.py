@@ -85,7 +85,7 @@ def test_a_weight_is_not_part_of_the_key(tmp_path, counted):
 def test_the_prepared_files_of_a_cached_load_are_the_ones_a_fresh_load_writes(tmp_path, counted):
     from tests.userdata import build_project
 
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.prepared import prepare
 
     cfg = load_config(build_project(tmp_path))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from posttrain.chat import ChatConfig
-from posttrain.trainers import NoUsableRows, sft_dataset
+from posttrain.training.trainers import NoUsableRows, sft_dataset
 from userdata import build_tokenizer
 
 CHAT = ChatConfig(thinking_switch="template_kwarg")
@@ -55,8 +55,8 @@ def test_sft_micro_batches_of_similar_length_train_as_whole_batches(tokenizer, t
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from trl import SFTTrainer
 
-    from posttrain.trainer_config import SFTTrainerConfig
-    from posttrain.trainers import sft_args
+    from posttrain.config.trainers import SFTTrainerConfig
+    from posttrain.training.trainers import sft_args
 
     rng = random.Random(0)
     rows = [_row(f"What is {i} plus 2?", "<think>\n" + "add. " * rng.choice([1, 10, 40]) + "\n</think>\n\n\\boxed{4}")

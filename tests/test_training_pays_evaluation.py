@@ -12,16 +12,18 @@ from types import SimpleNamespace
 import pytest
 
 from posttrain.chat import ChatConfig, assemble_response, render_prompt, rendered_mode, to_canonical, user_turn
-from posttrain.config import EvalSuiteConfig, RLAlertsConfig, load_config
-from posttrain.evaluation import score_suite
-from posttrain.generation import Generation, _stop_ids
+from posttrain.config.pipeline import EvalSuiteConfig
+from posttrain.config.rl import RLAlertsConfig
+from posttrain.config.loading import load_config
+from posttrain.evaluation.suites import score_suite
+from posttrain.generation.engines import Generation, _stop_ids
 from posttrain.rewards import (TASKS, MissingTaskReward, RewardSettings, check_task_rewards, format_reward,
                                language_consistency, mode)
 from posttrain.rewards.length import make_length_reward
-from posttrain.rl import ProblemStats
-from posttrain.rl_alerts import RLAlerts
-from posttrain.rl_rewards import EvalDisagreement, stage_rewards
-from posttrain.trainers import grpo_dataset, reward_settings, stop_token_ids
+from posttrain.rl.sampling import ProblemStats
+from posttrain.rl.alerts import RLAlerts
+from posttrain.rl.rewards import EvalDisagreement, stage_rewards
+from posttrain.training.trainers import grpo_dataset, reward_settings, stop_token_ids
 
 NUM_GENERATIONS = 4
 

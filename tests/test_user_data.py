@@ -85,8 +85,9 @@ def test_a_stage_handed_zero_usable_rows_stops_with_a_clear_message(tmp_path, us
     from posttrain.data.files import DatasetError
     from posttrain.data.prepared import load_all
     from posttrain.schema import CheckpointRef, DatasetRef, StageInputs
-    from posttrain.config import ColdStartSFTConfig, load_config
-    from posttrain.trainers import NoUsableRows
+    from posttrain.config.pipeline import ColdStartSFTConfig
+    from posttrain.config.loading import load_config
+    from posttrain.training.trainers import NoUsableRows
     from stages import cold_start_sft
 
     root, config, _ = user_project
@@ -164,7 +165,7 @@ def test_a_base_model_without_chat_template_or_think_tokens_gets_them_from_the_c
     from transformers import AutoTokenizer
 
     from posttrain.chat import ChatConfig
-    from posttrain.checkpoint import load_checkpoint
+    from posttrain.registry.checkpoint import load_checkpoint
     from posttrain.schema import ModelSettings
     from userdata import QWEN3_STYLE_TEMPLATE, build_model, build_tokenizer
 

@@ -22,7 +22,7 @@ vllm = pytest.importorskip("vllm", reason="vLLM is not installed: python scripts
 pytestmark = pytest.mark.engines
 
 from posttrain.chat import ChatConfig  # noqa: E402
-from posttrain.generation import ThinkingBudget, VLLMEngine, generate, generate_replies  # noqa: E402
+from posttrain.generation.engines import ThinkingBudget, VLLMEngine, generate, generate_replies  # noqa: E402
 from tests.userdata import _problems, build_model, build_tokenizer, judge_rows, train_as_judge, train_on_sums  # noqa: E402
 
 CHAT = ChatConfig(thinking_switch="template_kwarg")
@@ -39,7 +39,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf(checkpoint):
-    from posttrain.checkpoint import load_checkpoint
+    from posttrain.registry.checkpoint import load_checkpoint
 
     model, tokenizer = load_checkpoint(checkpoint, for_training=False)
     return model, tokenizer
@@ -55,7 +55,7 @@ def judge_checkpoint(checkpoint, hf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(checkpoint):
-    from posttrain.config import EvaluationConfig
+    from posttrain.config.pipeline import EvaluationConfig
     from posttrain.schema import ModelSettings
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -190,8 +190,8 @@ def test_trl_vllm_serves_server_generates_what_the_hf_loop_does_and_judges_and_i
     from trl.generation.vllm_client import VLLMClient
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-    from posttrain.checkpoint import load_checkpoint
-    from posttrain.config import EvaluationConfig
+    from posttrain.registry.checkpoint import load_checkpoint
+    from posttrain.config.pipeline import EvaluationConfig
     from posttrain.rewards.judge import EndpointClient, Judge, LocalClient
     from posttrain.schema import ModelSettings
     from posttrain.world.open_tasks import JUDGE_MAX_NEW_TOKENS, JUDGE_TEMPLATE

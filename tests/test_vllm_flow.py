@@ -23,7 +23,7 @@ def test_the_chain_over_two_stages_generates_and_evaluates_on_vllm(tmp_path, mon
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.pipeline import pipeline
-    from posttrain import generation
+    from posttrain.generation import engines as generation
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     config = write_smoke_config(tmp_path)

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, write_smoke_config
-from posttrain.config import load_config
-from posttrain.registry import Registry
+from posttrain.config.loading import load_config
+from posttrain.registry.model_registry import Registry
 from test_deployments import _stop
 from test_fault_tolerance import _entries, _kill, _report, _tail, _wait_for, prefect_server  # noqa: F401
 

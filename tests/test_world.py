@@ -157,7 +157,7 @@ def test_world_writes_every_role_as_standard_files_with_evaluation_held_out(tmp_
     the problem fields the bench's cold-start variants alter."""
     from conftest import write_smoke_config
 
-    from posttrain.config import load_config
+    from posttrain.config.loading import load_config
     from posttrain.data.files import read_jsonl
     from posttrain.rewards import verify_row
     from posttrain.rewards.format import format_ok

@@ -41,7 +41,7 @@ def test_held_out_tasks_use_their_own_phrasings_stores_and_operands():
 def test_a_demonstration_trains_on_its_assistant_turns_only(tokenizer, tmp_path):
     from posttrain.chat import DEFAULT_CHAT
     from posttrain.data.sources import SourceConfig, load_role
-    from posttrain.trainers import sft_dataset
+    from posttrain.training.trainers import sft_dataset
 
     task = next(t for t in tool_tasks.tool_tasks(9, 3, "train") if t.kind == "copy")
     path = tmp_path / "demos.jsonl"

@@ -37,7 +37,7 @@ def run_episodes(model, tokenizer, chat, requests: list[tuple[dict, bool | None]
     from trl.chat_template_utils import parse_response
 
     from posttrain.agents.training import enable_tool_parsing
-    from posttrain.generation import Generation, generate
+    from posttrain.generation.engines import Generation, generate
 
     enable_tool_parsing(tokenizer, "the evaluated model")
     sessions, prompts, messages = [], [], []

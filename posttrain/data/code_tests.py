@@ -65,7 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.data.files import DatasetError
 from posttrain.data.transforms import RowRefused
-from posttrain.yamlconfig import short
+from posttrain.config.yamlconfig import short
 
 TestForm = Literal["mbpp", "humaneval", "apps", "verifiable_coding"]
 ForgeablePolicy = Literal["refuse", "run_in_child"]

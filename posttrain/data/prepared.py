@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config import STAGE_BY_NAME, STAGE_TABLE, PipelineConfig
+from posttrain.config.pipeline import STAGE_BY_NAME, STAGE_TABLE, PipelineConfig
 from posttrain.data.files import DatasetError, dataset_ref, file_md5, write_jsonl
 from posttrain.schema import DatasetRef
 from posttrain.data.sources import RoleData, load_role

@@ -46,7 +46,7 @@ from dvc_data.hashfile.build import build  # noqa: E402
 from dvc_data.hashfile.checkout import checkout  # noqa: E402
 from dvc_data.hashfile.hash_info import HashInfo  # noqa: E402
 
-from posttrain.project_paths import STORE_MARKER  # noqa: E402
+from posttrain.config.paths import STORE_MARKER  # noqa: E402
 from posttrain.schema import DatasetRef  # noqa: E402
 
 # `import dvc` installs stdout/stderr handlers on the "dvc" logger at INFO ("Initialized DVC

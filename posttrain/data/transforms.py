@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from posttrain.chat import THINK_CLOSE, THINK_OPEN, assemble_response, parse_response, visible
 from posttrain.data.files import DatasetError
-from posttrain.yamlconfig import short
+from posttrain.config.yamlconfig import short
 
 DropReason = Literal["unverifiable_answer", "no_answer", "no_think_block", "unmapped_value",
                      "identical_pair", "inverted_scores",   # these two: posttrain.data.preferences

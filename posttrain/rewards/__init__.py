@@ -24,7 +24,8 @@ from posttrain.rewards.code_judge import extract_code, run_tests, tests_of
 from posttrain.rewards.code_sandbox import SANDBOX_VERSION
 from posttrain.rewards.judge import JUDGE_VERSION, make_judge_reward
 from posttrain.rewards.model_based import REWARD_MODEL_VERSION, make_reward_model_reward
-from posttrain.rewards.instruction import INSTRUCTION_VERSION, tokens
+from posttrain.rewards.instruction import INSTRUCTION_VERSION
+from posttrain.rewards.instruction_text import tokens
 from posttrain.rewards.instruction_guard import instruction_verdict
 from posttrain.rewards.language import LANGUAGE_VERSION, language_share
 from posttrain.rewards.length import LENGTH_VERSION, OVERLONG_VERSION, make_length_reward, make_overlong_reward
@@ -278,7 +279,7 @@ def task_rows(completions, task, columns: dict) -> list[dict]:
 
 def truncated_flags(completion_ids, stop_ids: frozenset[int] | None, n: int) -> list[bool]:
     """Which completions hit the token budget: the last token is none of generation's stop tokens
-    (eos and the template's end of turn: `posttrain.generation._stop_ids`), as evaluation decides.
+    (eos and the template's end of turn: `posttrain.generation.engines._stop_ids`), as evaluation decides.
     Without token ids (outside a trainer) nothing is known to be cut."""
     if completion_ids is None or stop_ids is None:
         return [False] * n
@@ -308,7 +309,7 @@ class RewardSettings:
     max_completion_length: int = 128
     overlong_cache: int = 32
     stop_ids: frozenset[int] | None = None
-    reward_model: Any = None                   # a posttrain.reward_model.RewardModelScorer
+    reward_model: Any = None                   # a posttrain.rewards.reward_model.RewardModelScorer
     judge: Any = None                          # a posttrain.rewards.judge.Judge
     reward_model_length_debias: bool = False
 

@@ -47,7 +47,7 @@ def _content(token: str, arithmetic: bool) -> bool:
 def content_tokens(text: str) -> set[str]:
     """The distinct tokens of text that carry content (`substantive`'s count): words, numbers in
     arithmetic, and each arithmetic step (`7+8=15`) as one token of its own."""
-    from posttrain.rewards.instruction import tokens
+    from posttrain.rewards.instruction_text import tokens
 
     text = unicodedata.normalize("NFKC", text)
     steps = {m.group(0) for m in _STEP.finditer(text)}
@@ -73,7 +73,7 @@ def substantive(reasoning: str | None, prompt: str | None = None) -> bool:
         return False
     if not prompt:
         return True
-    from posttrain.rewards.instruction import tokens
+    from posttrain.rewards.instruction_text import tokens
 
     return len(content - set(tokens(prompt))) >= MIN_NEW
 

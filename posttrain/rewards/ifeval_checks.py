@@ -17,9 +17,7 @@ import re
 import unicodedata
 from typing import Any, Callable
 
-from posttrain.rewards.instruction import (
-    _CJK, _LETTERS, _language, _real_word, _readings, _unmarked, fold_text,
-)
+from posttrain.rewards.instruction_text import _CJK, _LETTERS, _language, _real_word, _readings, _unmarked, fold_text
 from posttrain.rewards.ifeval_reference import CONSTRAINED_OPTIONS, detect_language, sentences
 
 RELATIONS = ("less than", "at least", "at most", "exactly", "around")

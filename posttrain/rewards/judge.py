@@ -96,14 +96,14 @@ class LocalClient:
     """The judge model on this machine's generation engine (greedy, without thinking)."""
 
     def __init__(self, location: str, settings, engine_config, *, max_new_tokens: int = 64, batch_size: int = 16):
-        from posttrain.generation import load_generator
+        from posttrain.generation.engines import load_generator
 
         self.model, self.tokenizer = load_generator(location, settings, engine_config)
         self.chat, self.max_new_tokens, self.batch_size = settings.chat, max_new_tokens, batch_size
 
     def complete(self, prompts: list[str], deadline_s: float) -> list[str | None]:
         from posttrain.chat import parse_response
-        from posttrain.generation import generate_replies
+        from posttrain.generation.engines import generate_replies
 
         try:
             replies = generate_replies(self.model, self.tokenizer, self.chat,

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from posttrain.chat import assemble_response
-from posttrain.config import PipelineConfig
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.data.files import file_md5, write_jsonl
 from posttrain.schema import CheckpointRef
 from posttrain.world import open_tasks, tasks, tool_tasks
@@ -243,7 +243,7 @@ def _dvc_stale_stages(root: Path, env: dict) -> list[str]:
 def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRef:
     """The embedded world's pretrained base (teacher) or student base. (A configured model of the
     user's own is located by flows.chain.base_checkpoint.)"""
-    from posttrain.checkpoint import foreign_digest
+    from posttrain.registry.checkpoint import foreign_digest
 
     paths = WorldPaths(cfg.path(cfg.paths.world))
     directory = paths.base if which == "teacher" else paths.student_base
@@ -255,7 +255,7 @@ def base_checkpoint(cfg: PipelineConfig, which: str = "teacher") -> CheckpointRe
 
 # Each role file takes its own share of a generated pool, so stages do not train on one another's
 # prompts (fractions of the pool, so a small smoke world works the same way).
-# Keyed by the pipeline's stage names (posttrain.config.STAGES).
+# Keyed by the pipeline's stage names (posttrain.config.pipeline.STAGES).
 POOL_SHARES = {"cold_start_sft": (0.0, 0.1), "reasoning_rl": (0.1, 0.55), "rejection_sampling": (0.55, 0.7),
                "mode_fusion_sft": (0.7, 0.8), "general_rl": (0.8, 0.9), "distillation": (0.9, 1.0)}
 # The pool of equation tasks (posttrain.world.open_tasks) feeds the stages from mode fusion on.

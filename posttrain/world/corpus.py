@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from posttrain.embedded_config import CorpusConfig  # noqa: F401 (re-exported)
+from posttrain.config.embedded import CorpusConfig  # noqa: F401 (re-exported)
 from posttrain.world import tasks
 
 HEADERS = ["Question: ", "Solution: ", "Answer: ", "问题：", "解答：", "答案："]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
-from posttrain.embedded_config import Architecture  # noqa: F401 (re-exported)
+from posttrain.config.embedded import Architecture  # noqa: F401 (re-exported)
 
 
 def build_model(arch: Architecture, tokenizer: PreTrainedTokenizerBase, seed: int) -> Qwen3ForCausalLM:

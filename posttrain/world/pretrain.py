@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from posttrain.checkpoint import save_checkpoint
-from posttrain.embedded_config import PretrainConfig  # noqa: F401 (re-exported)
+from posttrain.registry.checkpoint import save_checkpoint
+from posttrain.config.embedded import PretrainConfig  # noqa: F401 (re-exported)
 from posttrain.schema import CheckpointRef
 from posttrain.world import corpus, tasks
 from posttrain.world.model import Architecture, build_model, count_parameters
@@ -91,7 +91,7 @@ _ANSWER_RE = re.compile(r"(?:Answer: |答案：)(-?\d+)")
 
 def probe_raw_math(model, tokenizer, n: int, seed: int, levels: list[int]) -> float:
     """Held-out math accuracy in the corpus's own format: what the base knows before any chat."""
-    from posttrain.generation import generate
+    from posttrain.generation.engines import generate
 
     problems = tasks.math_problems(n, seed + 1, "eval", levels=levels)
     prompts = [corpus.raw_prompt(p.question, p.language) for p in problems]

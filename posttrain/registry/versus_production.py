@@ -1,16 +1,15 @@
 """A registered version evaluated against production: `posttrain evaluate` and the `evaluate` flow.
 
 Both versions are evaluated on the same held-out items (posttrain.evaluation) and compared metric by
-metric with the paired confidence interval of the gates (posttrain.gates).  With ``auto_rollback``
+metric with the paired confidence interval of the gates (posttrain.evaluation.gates).  With ``auto_rollback``
 (after a promotion), a production that is significantly worse than the production before it on any
 paired capability, the family of tests held at the gates' alpha, is rolled back
-(posttrain.promotion.rollback, recorded as ``auto-rollback`` with the evidence as its reason).
+(posttrain.registry.promotion.rollback, recorded as ``auto-rollback`` with the evidence as its reason).
 """
 from __future__ import annotations
 
-from posttrain.promotion import (PromotionError, current_production, get_version, previous_production,
-                                 resolve_version, rollback)
-from posttrain.registry import Registry
+from posttrain.registry.promotion import PromotionError, current_production, get_version, previous_production, resolve_version, rollback
+from posttrain.registry.model_registry import Registry
 
 
 def checkpoint_ref(registry: Registry, version: str):
@@ -24,10 +23,10 @@ def checkpoint_ref(registry: Registry, version: str):
 
 def compare(new, old, confidence: float = 0.95) -> list[dict]:
     """Per metric of two EvalResults on the same items: values and, where per-item outcomes exist,
-    the paired difference new - old with its confidence interval (posttrain.gates.paired_interval).
+    the paired difference new - old with its confidence interval (posttrain.evaluation.gates.paired_interval).
     ``verdict``: "better" / "worse" when the interval excludes 0 (in the metric's good direction,
     posttrain.metrics), else "same"."""
-    from posttrain.gates import paired_interval, regression_p_value
+    from posttrain.evaluation.gates import paired_interval, regression_p_value
     from posttrain.metrics import higher_is_better
 
     rows = []
@@ -51,7 +50,7 @@ def family_wise_regressions(comparison: list[dict], alpha: float) -> list[dict]:
     """Rows significantly worse with the family-wise error of all paired capabilities held at alpha
     (Holm-Bonferroni, as the gates): with ~8 suites tested at 95% each, a version that changed
     nothing would be rolled back far more often than 5% of the time."""
-    from posttrain.gates import holm
+    from posttrain.evaluation.gates import holm
 
     tested = [r for r in comparison if "p_worse" in r]
     return [r for r, worse in zip(tested, holm([r["p_worse"] for r in tested], alpha)) if worse and r["diff"] != 0]
@@ -67,7 +66,7 @@ def regression_reason(version: str, against: str, regressed: list[dict], confide
 
 def evaluate_version(registry: Registry, cfg, version: str, *, against_production: bool = True,
                      auto_rollback: bool = False, actor: str | None = None) -> dict:
-    """Evaluate a registered version on the held-out suites (posttrain.evaluation.evaluate) and
+    """Evaluate a registered version on the held-out suites (posttrain.evaluation.suites.evaluate) and
     compare it item by item with ``against``: the production version (when another version is
     production), or, with ``auto_rollback``, the production before it.
 
@@ -81,8 +80,8 @@ def evaluate_version(registry: Registry, cfg, version: str, *, against_productio
     rows; ``rollback``: the committed history entry or None).  Refuses a checkpoint that is
     missing or altered since registration.
     """
-    from posttrain import evaluation
-    from posttrain.checkpoint import is_intact
+    from posttrain.evaluation import suites
+    from posttrain.registry.checkpoint import is_intact
 
     if auto_rollback and not actor:
         raise ValueError("auto_rollback needs the actor its rollback is recorded under")
@@ -101,13 +100,13 @@ def evaluate_version(registry: Registry, cfg, version: str, *, against_productio
     if not is_intact(ref):
         raise PromotionError(f"checkpoint of version {version} ({ref.path}) is missing or altered since it "
                              "was registered; cannot evaluate what was registered")
-    result = evaluation.evaluate(ref, cfg, desc=f"evaluating version {version}")
+    result = suites.evaluate(ref, cfg, desc=f"evaluating version {version}")
     comparison, regressed, entry = None, [], None
     if against:
         against_ref = checkpoint_ref(registry, against)
         if not is_intact(against_ref):
             raise PromotionError(f"version {against} ({against_ref.path}) to compare with is missing or altered")
-        against_result = evaluation.evaluate(against_ref, cfg, desc=f"evaluating version {against}")
+        against_result = suites.evaluate(against_ref, cfg, desc=f"evaluating version {against}")
         comparison = compare(result, against_result, cfg.evaluation.confidence)
         regressed = family_wise_regressions(comparison, cfg.gates.alpha)
     if auto_rollback and regressed:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from posttrain.promotion import PromotionError, get_version, resolve_version
-from posttrain.registry import Registry
+from posttrain.registry.promotion import PromotionError, get_version, resolve_version
+from posttrain.registry.model_registry import Registry
 
 
 def lineage(registry: Registry, version: str) -> list[dict]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from posttrain.config import GateConfig, GateTarget, GatesConfig, RegressionCheck
+from posttrain.config.gates import GateConfig, GateTarget, GatesConfig, RegressionCheck
 from posttrain.metrics import higher_is_better
 from posttrain.schema import EvalResult, GateCheck, GateVerdict
 
@@ -194,7 +194,7 @@ def judge(stage: str, gate: GateConfig, evaluation: EvalResult, *, parent: str,
           carried: list[RegressionCheck] | None = None) -> GateVerdict:
     """`evals` maps stage names (and `base`) of this run to their evaluations; `parent` names the
     stage whose checkpoint this stage started from; `carried`: regression checks of earlier gates
-    this gate inherits (posttrain.gates.carried_checks)."""
+    this gate inherits (posttrain.evaluation.gates.carried_checks)."""
     gates = gates or GatesConfig()
     checks = [_check(t, stage, parent, evaluation, stage_metrics or {}, evals, confidence) for t in gate.targets]
     own = gate.regression_checks(gates.max_drop)

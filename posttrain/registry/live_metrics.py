@@ -2,7 +2,7 @@
 watched in the MLflow UI while it runs (not only after it returns).
 
 `follow(trainer, inputs)` adds a :class:`LiveMetrics` callback when the flow opened a run for the
-stage (`inputs.tracking`, posttrain.registry.Registry.start_training); without one (a stage called
+stage (`inputs.tracking`, posttrain.registry.model_registry.Registry.start_training); without one (a stage called
 directly, bench/gpu_smoke.sh) it adds nothing and MLflow is not even imported.
 
 Only the main process logs (rank 0 of an accelerate/torchrun job).  The trainer's thread puts each
@@ -38,7 +38,7 @@ class LiveMetrics(TrainerCallback):
 
     def __init__(self, uri: str, run_id: str, step_offset: int = 0):
         # posttrain.registry switches MLflow's telemetry off before mlflow is imported.
-        from posttrain.registry import Metric, MlflowClient, _is_number, metric_name
+        from posttrain.registry.model_registry import Metric, MlflowClient, _is_number, metric_name
 
         self.uri, self.run_id, self.step_offset = uri, run_id, step_offset
         self._client_type, self._metric, self._name, self._is_number = MlflowClient, Metric, metric_name, _is_number

@@ -11,9 +11,9 @@ import torch
 from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from posttrain.checkpoint import save_checkpoint
+from posttrain.registry.checkpoint import save_checkpoint
 from posttrain.schema import CheckpointRef
-from posttrain.trainer_config import GRPOTrainerConfig, SFTTrainerConfig, TrainingHardware
+from posttrain.config.trainers import GRPOTrainerConfig, SFTTrainerConfig, TrainingHardware
 
 
 def processes() -> int:
@@ -57,7 +57,7 @@ def save_trained(trainer, tokenizer, work: Path, parent: CheckpointRef) -> tuple
     or evaluates full weights. Under several processes every rank joins in gathering the weights
     (ZeRO-3 / FSDP shards are consolidated to safetensors here), the first writes, all return the
     same reference."""
-    from posttrain.checkpoint import directory_digest, seal
+    from posttrain.registry.checkpoint import directory_digest, seal
 
     accelerator = trainer.accelerator
     several = accelerator.num_processes > 1
@@ -236,7 +236,7 @@ def grpo_dataset(tokenizer, chat, rows: list[dict], *, tools: bool = False):
 
     from datasets import Dataset
 
-    from posttrain.chat import render_prompt, rendered_mode, with_switch
+    from posttrain.chat import as_trl_prompt, render_prompt, rendered_mode, with_switch
     from posttrain.rewards import task_json
 
     out = []
@@ -247,7 +247,7 @@ def grpo_dataset(tokenizer, chat, rows: list[dict], *, tools: bool = False):
             raise ValueError(f"row {i} asks for no thinking (thinking: false), but base.chat.thinking_switch is "
                              f"{chat.thinking_switch!r}: its prompt cannot tell the model; set a thinking_switch the "
                              "chat template honours, or drop the row's `thinking`")
-        extra = {}
+        prompt, extra = as_trl_prompt(tokenizer, prompt), {}
         if tools:
             if chat.thinking_switch == "template_kwarg" and row.get("thinking") is not None:
                 raise ValueError(f"row {i} sets thinking: {row['thinking']} in a stage with tool rows, where TRL renders "
@@ -279,10 +279,10 @@ def reward_settings(config, model, tokenizer, reward_model=None, judge=None):
 
 
 def stop_token_ids(model, tokenizer) -> frozenset[int]:
-    """The ids that end a completion: exactly generation's stop tokens (`posttrain.generation._stop_ids`:
+    """The ids that end a completion: exactly generation's stop tokens (`posttrain.generation.engines._stop_ids`:
     the eos ids and the template's end-of-turn token), so a reply the reward counts as finished is one
     evaluation counts as finished. Not pad, unless pad is one of them: generation never stops on pad,
     and a reply cut at the budget whose last sampled token is pad is truncated there too."""
-    from posttrain.generation import _stop_ids
+    from posttrain.generation.engines import _stop_ids
 
     return frozenset(_stop_ids(model, tokenizer))

@@ -31,7 +31,7 @@ class NotInstalledHere(ValueError):
     """A setting the machine that validates the config cannot run (a package or a GPU it lacks). For
     a stage placed on a work pool (`run_on`) it is the worker's machine that must run it: there the
     check is made when the worker validates the config, not where the flow loads it
-    (posttrain.config.validate_config)."""
+    (posttrain.config.loading.validate_config)."""
 
 
 def _check_here(info: ValidationInfo | None) -> bool:
@@ -207,7 +207,7 @@ class GRPOTrainerConfig(TrainingHardware):
     vllm_tensor_parallel_size: int = Field(1, ge=1, json_schema_extra=PLACEMENT)
     vllm_server_host: str | None = Field(None, json_schema_extra=PLACEMENT)   # `trl vllm-serve`'s address
     vllm_server_port: int = Field(8000, ge=1, le=65535, json_schema_extra=PLACEMENT)
-    # Rollouts ahead of training (posttrain.async_rollouts): a generator process decodes up to
+    # Rollouts ahead of training (posttrain.generation.async_rollouts): a generator process decodes up to
     # `max_staleness` generation batches ahead on a copy of the policy pushed every generation; a
     # batch drawn further back never trains. Off-policy tokens are weighted by pi_current / pi_behaviour,
     # truncated at importance_sampling_cap (token_truncate, TIS) or dropped above it (token_mask).
@@ -276,7 +276,7 @@ def _json(value):
 class LauncherConfig(_Strict):
     """How a training stage's processes start: in the flow's own process (the CPU default), or as a
     job of `num_processes` processes under `accelerate launch` (with one of configs/accelerate/*.yaml)
-    or `torchrun`, which the flow waits for (posttrain.launcher)."""
+    or `torchrun`, which the flow waits for (posttrain.training.launcher)."""
 
     kind: Literal["in_process", "accelerate", "torchrun"] = Field("in_process", json_schema_extra=PLACEMENT)
     num_processes: int = Field(1, ge=1, json_schema_extra=PLACEMENT)
@@ -335,7 +335,7 @@ def _project_path(path: str):
     candidate = Path(path)
     if candidate.is_absolute() or candidate.exists():
         return candidate
-    return Path(__file__).resolve().parents[1] / path   # configs/accelerate/... of this project
+    return Path(__file__).resolve().parents[2] / path   # configs/accelerate/... of this project
 
 
 class WorkPoolPlacement(_Strict):
@@ -357,7 +357,7 @@ class WorkPoolPlacement(_Strict):
 
 
 def check_launch(stage, trainer: TrainingHardware, launcher: LauncherConfig, sampling=None) -> None:
-    """What a stage (its row of posttrain.config.STAGE_TABLE), its trainer settings and its launcher
+    """What a stage (its row of posttrain.config.pipeline.STAGE_TABLE), its trainer settings and its launcher
     must agree on (called by the stage configs)."""
     several = launcher.num_processes > 1
     if several and stage.single_process:

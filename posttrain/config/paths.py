@@ -40,10 +40,10 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def path_problems(cfg) -> list[dict]:
     """What is wrong with the config's `paths` (empty: nothing)."""
-    from posttrain.config import registry_server
+    from posttrain.config.pipeline import registry_server
 
     paths, root = cfg.paths, Path(cfg.root).resolve()
-    code = Path(__file__).resolve().parent.parent
+    code = Path(__file__).resolve().parents[2]
     problems = []
     folders = {"world": paths.world, "runs": paths.runs, "data_store": paths.data_store, "dvc_remote": paths.dvc_remote}
     if not registry_server(paths.registry):

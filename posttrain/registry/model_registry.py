@@ -5,7 +5,7 @@ Layout under ``root`` (a folder on this machine in both cases)::
 
     mlflow.db      tracking + model-registry store (sqlite:///<root>/mlflow.db); not used with a server
     artifacts/     artifact root of the training-run experiment (nothing large is written here)
-    *.lock, production_history.jsonl   this machine's locks and the promotion history (posttrain.promotion)
+    *.lock, production_history.jsonl   this machine's locks and the promotion history (posttrain.registry.promotion)
 
 Every checkpoint a stage writes becomes one *model version* of the registered model
 ``model_name``; the weights are never copied.  :meth:`Registry.get` returns the checkpoint directory
@@ -27,7 +27,7 @@ config_hash, code_revision, verifier versions, ...).  Gate outcomes are tags too
 newest version of that stage that passed its gate.
 
 Training runs: :meth:`Registry.start_training` opens the stage's run before the stage starts, and
-the stage's trainers log to it at every logging step (posttrain.live_metrics), so a long stage is
+the stage's trainers log to it at every logging step (posttrain.registry.live_metrics), so a long stage is
 watched while it runs; the flow closes it when the stage returns (or fails).
 
 Offline: MLflow telemetry is switched off before mlflow is imported (and reset if some other module
@@ -153,7 +153,7 @@ class Registry:
         `-reward-model`: the chain's reward models): the folder `paths.registry`, or the server it
         names (this machine's locks and promotion history then stay in `<paths.runs>/registry`, the
         folder `make mlflow` serves)."""
-        from posttrain.config import registry_server
+        from posttrain.config.pipeline import registry_server
 
         server = registry_server(cfg.paths.registry)
         name = f"posttrain-{cfg.name}{suffix}"
@@ -272,7 +272,7 @@ class Registry:
         a stage recomputed the same checkpoint elsewhere (a new run's folder): the version's directory
         is restored from the recomputed copy, so the version serves what its digest says and
         `promote` accepts it again. True when it was restored."""
-        from posttrain.checkpoint import restore_copy
+        from posttrain.registry.checkpoint import restore_copy
 
         source = self.get(version)["source"]
         restored = bool(source) and restore_copy(Path(source), checkpoint)
@@ -399,7 +399,7 @@ class Registry:
 
     def start_training(self, stage: str, tags: Mapping[str, str]) -> TrackingRef:
         """Open the run a stage trains in (RUNNING): the stage's trainers log to it live
-        (posttrain.live_metrics); :meth:`finish_training`, :meth:`end_training` or
+        (posttrain.registry.live_metrics); :meth:`finish_training`, :meth:`end_training` or
         :meth:`discard_training` closes it."""
         experiment_id = self._experiment()
         run_tags = {str(k): _tag_value(v) for k, v in tags.items()}

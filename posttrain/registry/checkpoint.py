@@ -206,7 +206,7 @@ def configured_model(cfg, which: str = "teacher") -> str:
 def check_models(cfg, stages) -> list[str]:
     """The configured models (not the embedded world's) checked (`check_model`): the teacher always,
     the student when a stage that trains it runs."""
-    from posttrain.config import STAGE_BY_NAME
+    from posttrain.config.pipeline import STAGE_BY_NAME
 
     reward_model_field, reward_model_at = cfg.stages.reward_model.source()
     makes_reward_model = any(STAGE_BY_NAME[name].reward_model == "makes" for name in stages)

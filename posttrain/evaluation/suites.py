@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from posttrain.chat import parse_response
-from posttrain.config import EvalSuiteConfig, PipelineConfig
+from posttrain.config.pipeline import EvalSuiteConfig, PipelineConfig
 from posttrain.data.files import read_jsonl
-from posttrain.generation import Generation, generate_replies, load_generator, release
+from posttrain.generation.engines import Generation, generate_replies, load_generator, release
 from posttrain.metrics import FAILED, IFEVAL_ACCURACIES, PER_LANGUAGE, suite_metrics
 from posttrain.rewards import prompt_text, verify_row
 from posttrain.rewards.format import format_ok, mode_ok, substantive
@@ -161,7 +161,7 @@ def _evaluate(model, tokenizer, cfg: PipelineConfig, rows: dict[str, list[dict]]
         per_item.update(curve_items)
     open_suites = [s for s in configs if s.kind == "open" and rows[s.name]]
     if reward_model is not None and open_suites:
-        from posttrain.reward_model import RewardModelScorer
+        from posttrain.rewards.reward_model import RewardModelScorer
         from posttrain.rewards.model_based import conversation_scores
 
         scorer = RewardModelScorer(reward_model)
@@ -232,7 +232,7 @@ def thinking_budget_curve(model, tokenizer, cfg: PipelineConfig, rows: list[dict
     quantiles of this checkpoint's think length, and unlimited (the suite's plain replies), with
     the share of replies the budget cut. A budgeted reply gets the inserted sentence's tokens on
     top of the evaluation's token budget, so the insertion does not eat the answer's room."""
-    from posttrain.generation import ThinkingBudget
+    from posttrain.generation.engines import ThinkingBudget
 
     curve, chat = cfg.evaluation.budget_curve, cfg.base.settings().chat
     rows, plain = rows[:curve.items], plain[:curve.items]

@@ -21,10 +21,10 @@ import traceback
 from pathlib import Path
 
 from posttrain.schema import StageInputs, StageResult
-from posttrain.trainer_config import LauncherConfig
+from posttrain.config.trainers import LauncherConfig
 
 REQUEST, RESULT, RANK_ERROR = "request.json", "result.json", "error-rank{rank}.txt"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class StageLaunchFailed(RuntimeError):
@@ -106,7 +106,7 @@ def run_launched(request_path: str) -> int:
     """One process of a launched stage (`python -m stages`): run the stage; rank 0 writes the result."""
     import importlib
 
-    from posttrain.config import STAGE_CONFIGS
+    from posttrain.config.pipeline import STAGE_CONFIGS
 
     request = json.loads(Path(request_path).read_text())
     name = request["stage"]

@@ -68,8 +68,8 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from posttrain.checkpoint import directory_digest
-from posttrain.registry import GATE_PASSED, STATUS_REJECTED, Registry, candidate_alias
+from posttrain.registry.checkpoint import directory_digest
+from posttrain.registry.model_registry import GATE_PASSED, STATUS_REJECTED, Registry, candidate_alias
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ def generate_batch(model, spec: GeneratorSpec, prompt_ids: list[list[int]], *, b
     (spec.seed, batch), so a batch is reproducible whatever ran before it."""
     from trl.trainer.utils import pad
 
-    from posttrain.generation import TokenPicker, decode
+    from posttrain.generation.engines import TokenPicker, decode
 
     started = time.perf_counter()
     completions: list[list[int]] = [[] for _ in prompt_ids]
@@ -300,7 +300,7 @@ class AsyncRollouts:
 
     def _prompt_ids(self, trainer, indices: list[int]) -> list[list[int]]:
         prompts = [trainer.train_dataset[i]["prompt"] for i in indices]
-        return trainer.processing_class(text=prompts, add_special_tokens=False)["input_ids"]
+        return trainer.processing_class(text=prompts)["input_ids"]
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -309,7 +309,7 @@ class AsyncRollouts:
             self.generator = RolloutGenerator(model, self.spec(trainer))
         if self.pushed_version < 0 or version - self.pushed_version >= self.weight_sync_steps:
             self._push(version, model)
-        prompt_ids = trainer.processing_class(text=prompts, add_special_tokens=False)["input_ids"]
+        prompt_ids = trainer.processing_class(text=prompts)["input_ids"]
 
         indices = self._claim(prompt_ids, trainer)
         number = self._number_of(indices)

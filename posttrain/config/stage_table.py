@@ -1,4 +1,4 @@
-"""A row of the chain's stage table (posttrain.config.STAGE_TABLE)."""
+"""A row of the chain's stage table (posttrain.config.pipeline.STAGE_TABLE)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

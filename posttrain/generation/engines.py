@@ -496,7 +496,7 @@ class VLLMEngine(GenerationEngine):
         import vllm
         from transformers import AutoTokenizer, GenerationConfig
 
-        from posttrain.checkpoint import checkpoint_location, prepare_for_chat
+        from posttrain.registry.checkpoint import checkpoint_location, prepare_for_chat
 
         location = checkpoint_location(checkpoint)
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
@@ -508,7 +508,7 @@ class VLLMEngine(GenerationEngine):
 
             config = AutoConfig.from_pretrained(location, trust_remote_code=settings.trust_remote_code)
             generation_config = {"eos_token_id": getattr(config, "eos_token_id", None)}
-        from posttrain.trainer_config import vllm_cpu_build
+        from posttrain.config.trainers import vllm_cpu_build
 
         # On vLLM's CPU build the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (not a share of GPU memory);
         # eager mode starts in 38 s instead of 50 s with compilation; and a chunked prefill kills the
@@ -577,7 +577,7 @@ def load_generator(checkpoint, settings, engine, seed: int = 0):
     (config.GenerationEngine)."""
     if engine.backend == "vllm":
         return VLLMEngine.load(checkpoint, settings, engine, seed)
-    from posttrain.checkpoint import load_checkpoint
+    from posttrain.registry.checkpoint import load_checkpoint
 
     model, tokenizer = load_checkpoint(checkpoint, for_training=False, settings=settings)
     if torch.cuda.is_available():   # the hf loop on the machine's GPU when it has one (training stages: TRL places them)

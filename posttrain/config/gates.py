@@ -1,5 +1,5 @@
 """The gate section of the pipeline config: what each stage's gate checks (targets, regression
-checks against the parent, carried checks) and what all gates share. posttrain.gates applies them."""
+checks against the parent, carried checks) and what all gates share. posttrain.evaluation.gates applies them."""
 from __future__ import annotations
 
 from typing import Literal
@@ -46,7 +46,7 @@ class GateTarget(Strict):
 
 class RegressionCheck(Strict):
     """A capability that must not fall below the parent's by more than `max_drop` (absolute),
-    beyond noise (posttrain.gates)."""
+    beyond noise (posttrain.evaluation.gates)."""
 
     metric: str
     max_drop: float | None = Field(None, ge=0, le=1)   # None: gates.max_drop

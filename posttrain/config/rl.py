@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from posttrain.gate_config import Strict
-from posttrain.trainer_config import GenerationEngine
+from posttrain.config.gates import Strict
+from posttrain.config.trainers import GenerationEngine
 
 
 class RewardWeights(Strict):
@@ -42,7 +42,7 @@ class RewardSettings(Strict):
 
 
 class ProblemSamplingConfig(Strict):
-    """How reasoning RL picks the next problems (posttrain.rl.ProblemSampler)."""
+    """How reasoning RL picks the next problems (posttrain.rl.sampling.ProblemSampler)."""
 
     strategy: Literal["uniform", "prioritized"] = "uniform"
     floor: float = Field(0.1, ge=0, le=1)          # share of probability spread evenly over all problems
@@ -53,12 +53,12 @@ class ProblemSamplingConfig(Strict):
 
 
 class RLAlertsConfig(Strict):
-    """Health checks on every logged RL step (posttrain.rl_alerts.RLAlerts); NaN/inf loss or grad always alerts."""
+    """Health checks on every logged RL step (posttrain.rl.alerts.RLAlerts); NaN/inf loss or grad always alerts."""
 
     action: Literal["warn", "fail"] = "warn"
     kl_max: float | None = Field(None, gt=0)         # only meaningful with beta > 0
     zero_reward_steps: int = Field(10, ge=1)         # consecutive logged steps with reward exactly 0
-    # share of re-scored rollouts whose task reward differs from evaluation's verdict (posttrain.rl.EvalDisagreement)
+    # share of re-scored rollouts whose task reward differs from evaluation's verdict (posttrain.rl.rewards.EvalDisagreement)
     eval_disagreement_max: float = Field(0.01, ge=0, le=1)
     truncation_max: float = Field(0.5, ge=0, le=1)   # share of completions hitting max_completion_length
     uniform_groups_max: float = Field(0.9, ge=0, le=1)  # share of groups with identical rewards
@@ -68,7 +68,7 @@ class RLAlertsConfig(Strict):
     # Goodhart: the reward model's raw score rose while the independent check of the same replies fell
     # by at least `goodhart_drop`, the latest half of `goodhart_window` logged steps against the half
     # before it and against the run's first half window; `goodhart_confidence` is the score test's and,
-    # shared out over every test of the run, the check test's (posttrain.rl_alerts.RLAlerts.goodhart)
+    # shared out over every test of the run, the check test's (posttrain.rl.alerts.RLAlerts.goodhart)
     goodhart_window: int = Field(10, ge=4)
     goodhart_drop: float = Field(0.05, gt=0, le=1)
     goodhart_confidence: float = Field(0.95, ge=0.5, lt=1)

@@ -3,7 +3,7 @@ checkpoints behind; the relaunched run continues from them instead of from step 
 
 Finished stages are reused through Prefect's result cache (flows/tasks.py).  This module covers
 the stage that was running when the process died.  A relaunch is a new flow run, so its work
-directory (``runs/<run_id>/<stage>``) is new and the stage's own ``resume_point`` (posttrain.trainers)
+directory (``runs/<run_id>/<stage>``) is new and the stage's own ``resume_point`` (posttrain.training.trainers)
 finds nothing there.  Hence:
 
 * every stage execution writes ``<work_dir>/attempt.json`` = ``{"key", "started", "finished"}``

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-from posttrain.rl import ProblemStats
-from posttrain.rl_alerts import EVAL_DISAGREEMENT
+from posttrain.rl.sampling import ProblemStats
+from posttrain.rl.alerts import EVAL_DISAGREEMENT
 
 # What each task kind's rows were paid, per batch: `reward_by_kind/<kind>` in the training log and the
 # stage's metrics (the report card); the model-based rewards log their own (`reward_model/*`, `judge/*`).
@@ -97,7 +97,7 @@ def stage_rewards(weights: dict[str, float], settings, *, chat, tokenizer, model
     """(reward functions as TRL calls them, their weights) of an RL stage: `build_rewards`' table,
     each on whole replies; the task rewards also feed the sampler's statistics (with `stats`) and
     the evaluation-disagreement monitor."""
-    from posttrain.generation import _stop_ids
+    from posttrain.generation.engines import _stop_ids
     from posttrain.rewards import build_rewards, on_whole_replies
 
     funcs, weights = build_rewards(weights, settings)

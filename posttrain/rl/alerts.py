@@ -9,9 +9,9 @@ import warnings
 
 from transformers import TrainerCallback
 
-from posttrain.config import RLAlertsConfig
+from posttrain.config.rl import RLAlertsConfig
 
-EVAL_DISAGREEMENT = "reward/eval_disagreement"   # logged by posttrain.rl_rewards.EvalDisagreement
+EVAL_DISAGREEMENT = "reward/eval_disagreement"   # logged by posttrain.rl.rewards.EvalDisagreement
 # mean |log-prob difference| between the trained and the behaviour policy: async rollouts' and TRL's vLLM path's
 LOGPROB_MISMATCH = ("rollout/is_ratio/abs_log_diff", "sampling/sampling_logp_difference/mean")
 
