@@ -40,7 +40,7 @@ ARMS: dict[str, dict] = {
     "async_s2_no_is": {**ASYNC, "trainer.max_staleness": 2, "trainer.importance_sampling": "none"},
     "async_s2_partial": {**ASYNC, "trainer.max_staleness": 2, "trainer.partial_rollout_tokens": 48},
 }
-LOGGED = ("reward", "kl", "rollout/hidden", "rollout/wait_s", "rollout/generate_s", "rollout/batch_staleness",
+LOGGED = ("reward", "kl", "rollout/hidden", "rollout/resumed_rows", "rollout/wait_s", "rollout/generate_s", "rollout/batch_staleness",
           "rollout/is_ratio/mean", "rollout/is_ratio/max", "rollout/is_ratio/clipped", "rollout/is_ratio/abs_log_diff",
           "step_time")
 

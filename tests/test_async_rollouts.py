@@ -139,7 +139,7 @@ def _train_async(tokenizer, work, *, max_steps=7, kill_after=0, **rollouts):
                                train_dataset=Dataset.from_list([{"prompt": f"{i}+{i}=", "problem_index": i}
                                                                 for i in range(PROMPTS)]),
                                sampling=ProblemSamplingConfig(strategy="prioritized"), difficulty=[1] * PROMPTS,
-                               problem_stats=stats, **off_policy_settings(cfg))
+                               problem_stats=stats, monitor_kl=True, **off_policy_settings(cfg))
     checkpoint = resume_point(work)
     trainer.restore_sampler(checkpoint)
     if kill_after:
@@ -167,6 +167,8 @@ def test_an_async_run_trains_ahead_within_its_staleness_bound(tokenizer, tmp_pat
     assert stats.batches == 7 and stats.stale_dropped == 0 and stats.misses == 2
     assert all(0 < r <= 2.0 + 1e-6 for r in _logged(trainer, "rollout/is_ratio/mean"))
     assert not trainer.async_rollouts.generator   # stopped at the end of training
+    kl = _logged(trainer, "kl")   # the policy's drift from the start is measured on every batch, stale or not
+    assert len(kl) == 7 and kl[0] == 0 and max(kl) > 0, kl
     # the trainer's own sampler chose the problems: the sync run's schedule (prioritized sampling reads
     # the success rates, which differ, so compare the first draw and that every step trained a batch)
     sync, _ = _train_async(tokenizer, tmp_path / "sync", rollouts="sync")

@@ -200,14 +200,19 @@ class StageGRPOTrainer(GRPOTrainer):
         """Micro-steps between two generations: TRL generates when its micro-step count is a multiple."""
         return self.args.steps_per_generation * self.num_iterations
 
+    def generation_step(self) -> int:
+        """The optimizer step at which the batch in use was generated (or received from the async
+        generator): the last multiple of the generation period at or before this step, TRL's
+        schedule, counted on after a resume."""
+        accumulation, every = self.args.gradient_accumulation_steps, self.generate_every()
+        return (self.state.global_step * accumulation) // every * every // accumulation
+
     def rollout_policy_step(self) -> int:
-        """The optimizer step whose policy generated the rollouts in use: the last multiple of the
-        generation period at or before this step (TRL's schedule, counted on after a resume), or for
+        """The optimizer step whose policy drew the rollouts in use: the generation step, or for
         async rollouts the oldest policy version that drew the batch."""
         if self.async_rollouts is not None and self.async_rollouts.last is not None:
             return self.async_rollouts.last["oldest"]
-        accumulation, every = self.args.gradient_accumulation_steps, self.generate_every()
-        return (self.state.global_step * accumulation) // every * every // accumulation
+        return self.generation_step()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """GRPO's loss on one micro-batch of the scored batch, after what the stages add to that batch:
@@ -220,7 +225,7 @@ class StageGRPOTrainer(GRPOTrainer):
             policy_step = self.rollout_policy_step()
             metrics["rollout/policy_step"].append(float(policy_step))
             metrics["rollout/staleness"].append(float(self.state.global_step - policy_step))
-            if self.drift_anchor is not None and policy_step == self.state.global_step:
+            if self.drift_anchor is not None and self.generation_step() == self.state.global_step:
                 kl = self.rollout_kl_to_anchor(inputs)
                 if kl is not None:
                     metrics["kl"].append(kl)
