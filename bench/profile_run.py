@@ -68,7 +68,7 @@ def kind(desc: str) -> str:
         return "evaluation"
     if desc.startswith(("generating", "sampling", "teacher", "resampl", "rejection")):
         return "generation"
-    if re.match(r"^\s*$", desc) or desc.startswith(("train", "Train")):
+    if not desc or desc.startswith(("train", "Train")):
         return "training"
     return "other"
 
@@ -81,15 +81,18 @@ def profile(log_path: Path, report_path: Path | None, total_wall_s: float | None
     for bar in found:
         entry = stages.setdefault(bar["stage"], {"bars": [], "by_kind": {}})
         entry["bars"].append({k: bar[k] for k in ("desc", "total", "s")})
-        entry["by_kind"][kind(bar["desc"])] = entry["by_kind"].get(kind(bar["desc"]), 0) + bar["s"]
+        part = kind(bar["desc"])
+        entry["by_kind"][part] = entry["by_kind"].get(part, 0) + bar["s"]
     for name, entry in stages.items():
         entry["wall_s"] = walls.get(name)
+    if "base" in stages:   # the report card gives the base no wall: it is its evaluation
+        stages["base"]["wall_s"] = sum(stages["base"]["by_kind"].values())
     # What the stage walls leave of the flow: the world (data, tokenizer, pretraining), data preparation
     # and the base evaluation; what the flow leaves of the command: the venv and the flow's start.
     if report.get("wall_s") is not None:
         chain = sum(w for name, w in walls.items() if w is not None and name != "base")
         stages.setdefault("world", {"bars": [], "by_kind": {}})["wall_s"] = report["wall_s"] - chain \
-            - sum(stages.get("base", {}).get("by_kind", {}).values())
+            - stages.get("base", {}).get("wall_s", 0)
         first = {name: stages.pop(name) for name in ("world", "base") if name in stages}
         if total_wall_s is not None:
             first = {"set-up": {"bars": [], "by_kind": {}, "wall_s": total_wall_s - report["wall_s"]}, **first}
@@ -107,8 +110,6 @@ def markdown(result: dict) -> str:
         k = entry["by_kind"]
         covered = sum(k.values())
         wall = entry.get("wall_s")
-        if not wall and name == "base":
-            wall = covered
         rest = f"{wall - covered:.0f}" if wall is not None else ""
         lines.append(f"| {name} | {'' if wall is None else f'{wall:.0f}'} | " + " | ".join(
             str(k.get(c, "")) for c in ("pretraining", "evaluation", "training", "generation", "other")) + f" | {rest} |")
