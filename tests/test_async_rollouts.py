@@ -156,7 +156,7 @@ def _logged(trainer, key):
     return [row[key] for row in trainer.state.log_history if key in row]
 
 
-@pytest.mark.parametrize("max_staleness", [1, 2])
+@pytest.mark.parametrize("max_staleness", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_an_async_run_trains_ahead_within_its_staleness_bound(tokenizer, tmp_path, max_staleness):
     generations, trainer = _train_async(tokenizer, tmp_path, rollouts="async", max_staleness=max_staleness)
     staleness = _logged(trainer, "rollout/batch_staleness")
@@ -185,6 +185,7 @@ def test_a_batch_past_the_staleness_bound_never_trains(tokenizer, tmp_path):
     assert trainer.async_rollouts.stats.stale_dropped > 0
 
 
+@pytest.mark.slow   # three async runs (about a minute): make test-all and CI run it
 def test_a_killed_async_run_resumes_on_the_batches_of_an_uninterrupted_one(tokenizer, tmp_path):
     import json
 
@@ -213,7 +214,7 @@ def test_async_rollouts_refuse_what_they_cannot_run():
         GRPOTrainerConfig(rollouts="async", use_vllm=True, vllm_mode="server", vllm_server_host="127.0.0.1")
 
 
-@pytest.mark.parametrize("importance_sampling", ["token_truncate", "none"])
+@pytest.mark.parametrize("importance_sampling", ["token_truncate", pytest.param("none", marks=pytest.mark.slow)])
 def test_the_importance_weights_reach_the_loss(tokenizer, tmp_path, monkeypatch, importance_sampling):
     """Weights of 0 on every token leave no gradient when the correction is on, and change nothing off."""
     import torch
