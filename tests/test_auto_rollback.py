@@ -197,6 +197,7 @@ def smoke_registry(tmp_path):
     return registry, str(config)
 
 
+@pytest.mark.slow   # a pipeline run and its rollback (about 45 s): make test-all and CI run it
 def test_auto_rollback_end_to_end(harness, smoke_registry, capsys):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey

@@ -248,6 +248,7 @@ def _run_parallel(reg: Registry, tmp_path: Path, plans: list[list]) -> list[dict
     return [json.loads(o.read_text()) for o in outs]
 
 
+@pytest.mark.slow   # processes racing or killed mid-move (10-16 s): make test-all and CI run it
 def test_concurrent_promotes_and_rollbacks_never_interleave(world, tmp_path):
     reg, _ = world
     promotion.promote(reg, "1", actor=ACTOR)
@@ -302,6 +303,7 @@ def _crash_in_child(reg: Registry, tmp_path: Path, point: str, version: str) -> 
     assert p.exitcode == 99  # died like kill -9: no except/finally ran
 
 
+@pytest.mark.slow   # processes racing or killed mid-move (10-16 s): make test-all and CI run it
 def test_kill_between_alias_move_and_commit_is_reconciled(world, tmp_path):
     reg, _ = world
     promotion.promote(reg, "1", actor=ACTOR)
@@ -321,6 +323,7 @@ def test_kill_between_alias_move_and_commit_is_reconciled(world, tmp_path):
     assert [e["to"] for e in _consistent(reg)] == ["1", "2"]
 
 
+@pytest.mark.slow   # processes racing or killed mid-move (10-16 s): make test-all and CI run it
 def test_kill_after_commit_keeps_the_move(world, tmp_path):
     reg, _ = world
     promotion.promote(reg, "1", actor=ACTOR)

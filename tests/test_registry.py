@@ -195,6 +195,7 @@ def _open_registry(root: str) -> None:
     Registry(Path(root), model_name="posttrain-race")
 
 
+@pytest.mark.slow   # processes racing on one registry (20-30 s): make test-all and CI run it
 def test_processes_opening_a_new_registry_at_once_all_succeed(tmp_path):
     # A run and `posttrain status` creating the database together used to fail one of them with
     # "table ... already exists" (both ran MLflow's schema migration).
@@ -230,6 +231,7 @@ def _register_once_in_a_process(root: str, digest: str, queue) -> None:
     queue.put(registry.register_once("cold_start_sft", CheckpointRef(path=root, digest=digest), {"flow_run": "r"}))
 
 
+@pytest.mark.slow   # processes racing on one registry (20-30 s): make test-all and CI run it
 def test_two_runs_finishing_the_same_stage_at_once_register_it_once(tmp_path):
     """Two runs of one project reach the same checkpoint together: one version, found by both."""
     import multiprocessing
