@@ -7,7 +7,9 @@
            no wheel stops the check, a version the pins do not allow and no wheel replaces is noted.
     run    (there, in the venv): cold-start SFT and a few GRPO steps of the tests' tiny model
            (tests/userdata.py), the stage functions called directly (no Prefect, DVC or MLflow), the
-           hf generation loop timed on the SFT checkpoint, and cold-start SFT again under DeepSpeed
+           same GRPO steps with rollouts ahead of training (`rollouts: async`, the generator process
+           on the same GPU: step time against sync, hidden share, IS ratios), the hf generation loop
+           timed on the SFT checkpoint, and cold-start SFT again under DeepSpeed
            ZeRO-2 (configs/accelerate/zero2.yaml as shipped, launched as a run launches it) when
            DeepSpeed imports there; writes gpu_smoke.md.
 """
@@ -173,6 +175,28 @@ def _overrides(device: str, sft_steps: int, rl_steps: int) -> dict:
     return out
 
 
+ASYNC_ROLLOUTS = {"stages.reasoning_rl.trainer.rollouts": "async", "stages.reasoning_rl.trainer.max_staleness": 1}
+ASYNC_LOGGED = ("rollout/hidden", "rollout/wait_s", "rollout/generate_s", "rollout/batch_staleness", "rollout/is_ratio/mean",
+                "rollout/is_ratio/max", "rollout/is_ratio/clipped")
+
+
+def _grpo_facts(result, trainer, rl_steps: int, started: float) -> dict:
+    """Step times from the stage's train log (the first step, which pays one-off warm-up, apart) and
+    completion tokens per second over whole steps; the async rollout statistics where logged."""
+    steps = [row for row in result.train_log if "step_time" in row]
+    timed = steps[1:] or steps
+    completions = trainer.prompts_per_step * trainer.num_generations
+    lengths = [row["completions/mean_length"] for row in timed if "completions/mean_length" in row]
+    seconds = [row["step_time"] for row in timed]
+    facts = {"steps": rl_steps, "completions_per_step": completions, "max_completion_length": trainer.max_completion_length,
+             "s_per_step_median": statistics.median(seconds), "first_step_s": steps[0]["step_time"],
+             "mean_completion_tokens": statistics.fmean(lengths) if lengths else None,
+             "completion_tokens_per_s": (sum(lengths) * completions / sum(seconds)) if lengths else None,
+             "stage_s": time.perf_counter() - started}
+    rollout = {k: statistics.fmean(r[k] for r in timed if k in r) for k in ASYNC_LOGGED if any(k in r for r in timed)}
+    return {**facts, "rollout": rollout} if rollout else facts
+
+
 def _generation_rate(checkpoint, settings, device: str, prompts: int, max_new_tokens: int) -> dict:
     """Tokens per second of posttrain.generation (hf backend, greedy) on the model on `device`."""
     import torch
@@ -287,17 +311,15 @@ def run(device: str, out: Path, hidden: int, layers: int, sft_steps: int, rl_ste
         started = time.perf_counter()
         rl = reasoning_rl.run(cfg.stage("reasoning_rl"), inputs("reasoning_rl", sft.checkpoint))
         trainer = cfg.stage("reasoning_rl").trainer
-        steps = [row for row in rl.train_log if "step_time" in row]
-        timed = steps[1:] or steps   # the first step pays one-off warm-up
-        completions = trainer.prompts_per_step * trainer.num_generations
-        lengths = [row["completions/mean_length"] for row in timed if "completions/mean_length" in row]
-        seconds = [row["step_time"] for row in timed]
-        facts["grpo"] = {"steps": rl_steps, "completions_per_step": completions,
-                         "max_completion_length": trainer.max_completion_length,
-                         "s_per_step_median": statistics.median(seconds), "first_step_s": steps[0]["step_time"],
-                         "mean_completion_tokens": statistics.fmean(lengths) if lengths else None,
-                         "completion_tokens_per_s": (sum(lengths) * completions / sum(seconds)) if lengths else None,
-                         "stage_s": time.perf_counter() - started}
+        facts["grpo"] = _grpo_facts(rl, trainer, rl_steps, started)
+
+        # The same steps with rollouts ahead of training (issue 42): the generator process on the same
+        # device, one policy version of staleness, truncated importance sampling on.
+        async_cfg = load_config(write_config(work), overrides={**_overrides(device, sft_steps, rl_steps), **ASYNC_ROLLOUTS})
+        started = time.perf_counter()
+        rl_async = reasoning_rl.run(async_cfg.stage("reasoning_rl"),
+                                    inputs("reasoning_rl", sft.checkpoint).model_copy(update={"work_dir": str(work / "runs" / "async")}))
+        facts["grpo_async"] = _grpo_facts(rl_async, async_cfg.stage("reasoning_rl").trainer, rl_steps, started)
 
         facts["generation"] = _generation_rate(sft.checkpoint, cfg.base.settings(), device, prompts=64,
                                                max_new_tokens=128)
@@ -340,6 +362,16 @@ def report(facts: dict, env: dict) -> str:
                      f"step 1 {grpo['first_step_s']:.2f} s) | {grpo['completions_per_step']} completions per step, "
                      f"mean {grpo['mean_completion_tokens'] or 0:.1f} tokens (max {grpo['max_completion_length']}); "
                      f"{tokens or 0:.0f} completion tokens/s over whole steps; stage {grpo['stage_s']:.1f} s |")
+    grpo_async = facts.get("grpo_async")
+    if grpo_async:
+        r = grpo_async.get("rollout", {})
+        speedup = f"; **{grpo['s_per_step_median'] / grpo_async['s_per_step_median']:.2f}x the sync step**" if grpo else ""
+        lines.append(f"| reasoning RL, rollouts async (max_staleness 1, truncated IS) | {grpo_async['steps']} | "
+                     f"{grpo_async['s_per_step_median']:.3f}{speedup} | {grpo_async['completion_tokens_per_s'] or 0:.0f} "
+                     f"completion tokens/s; generation hidden behind training {r.get('rollout/hidden', 0):.2f}, trainer "
+                     f"wait {r.get('rollout/wait_s', 0):.2f} s / step, staleness {r.get('rollout/batch_staleness', 0):.2f}, "
+                     f"IS ratio mean {r.get('rollout/is_ratio/mean', 0):.3f} max {r.get('rollout/is_ratio/max', 0):.3f} "
+                     f"clipped {r.get('rollout/is_ratio/clipped', 0):.3f}; stage {grpo_async['stage_s']:.1f} s with the generator process's start |")
     zero2 = facts.get("zero2")
     if zero2 and "skipped" not in zero2:
         lines.append(f"| cold-start SFT, DeepSpeed {zero2['deepspeed']} ZeRO-{zero2['zero_stage']:.0f} "
@@ -382,7 +414,7 @@ def main() -> None:
     r.add_argument("--hidden", type=int, default=None)
     r.add_argument("--layers", type=int, default=None)
     r.add_argument("--sft-steps", type=int, default=8)
-    r.add_argument("--rl-steps", type=int, default=4)
+    r.add_argument("--rl-steps", type=int, default=8)
     r.add_argument("--env-report", type=Path, default=None)
     args = parser.parse_args()
     if args.step == "fetch":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU smoke check: cold-start SFT and a few GRPO steps in bf16 on CUDA, the stage functions
+# The GPU smoke check: cold-start SFT and a few GRPO steps in bf16 on CUDA (sync, then async rollouts), the stage functions
 # called directly, then cold-start SFT under DeepSpeed ZeRO-2, on a machine with its own Python
 # (torch, transformers, accelerate, peft) and no network. docs/scaling.md says what it checks.
 #

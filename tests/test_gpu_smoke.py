@@ -75,6 +75,11 @@ def test_the_report_keeps_what_was_measured_and_why_it_stopped():
              "versions": {"python": "3.12.3", "torch": "2.11.0", "cuda": "13.0", "transformers": "5.19.0", "trl": "1.16.0"},
              "model": {"hidden": 256, "layers": 4, "vocabulary": 402, "parameters": 3_000_000, "dtype": "bf16"},
              "sft": {"steps": 8, "batch": 8, "s_per_step": 0.05, "stage_s": 3.0, "first_loss": 6.0, "last_loss": 4.0},
+             "grpo": {"steps": 8, "completions_per_step": 16, "max_completion_length": 64, "s_per_step_median": 0.9,
+                      "first_step_s": 1.2, "mean_completion_tokens": 48.0, "completion_tokens_per_s": 850.0, "stage_s": 9.0},
+             "grpo_async": {"steps": 8, "completions_per_step": 16, "max_completion_length": 64, "s_per_step_median": 0.6,
+                            "first_step_s": 1.2, "mean_completion_tokens": 48.0, "completion_tokens_per_s": 1300.0,
+                            "stage_s": 30.0, "rollout": {"rollout/hidden": 0.5, "rollout/batch_staleness": 0.9}},
              "zero2": {"deepspeed": "0.19.8", "processes": 1.0, "zero_stage": 2.0, "steps": 8, "s_per_step": 0.2,
                        "stage_s": 40.0, "first_loss": 6.0, "last_loss": 4.5},
              "error": "Traceback ...\nRuntimeError: CUDA out of memory"}
@@ -82,6 +87,8 @@ def test_the_report_keeps_what_was_measured_and_why_it_stopped():
     assert text.startswith("# GPU smoke check (bench/gpu_smoke.sh)")
     assert "| cold-start SFT | 8 | 0.050 |" in text and "trl-1.16.0" in text and "- torch 2.11.0" in text
     assert "vLLM" in text and "CUDA out of memory" in text
+    assert "| reasoning RL, rollouts async (max_staleness 1, truncated IS) | 8 | 0.600; **1.50x the sync step** |" in text
+    assert "generation hidden behind training 0.50" in text
     assert "| cold-start SFT, DeepSpeed 0.19.8 ZeRO-2 (zero2.yaml as shipped, 1 process(es)) | 8 | 0.200 |" in text
     skipped = gpu_smoke.report({**facts, "zero2": {"skipped": "DeepSpeed is not installed here"}}, {})
     assert "DeepSpeed ZeRO-2: not run (DeepSpeed is not installed here)" in skipped
@@ -97,7 +104,11 @@ def test_the_check_rehearsed_on_cpu(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = (tmp_path / "gpu_smoke.md").read_text()
-    assert "CPU rehearsal" in report and "| cold-start SFT | 8 |" in report and "| reasoning RL (GRPO) | 4 |" in report
+    assert "CPU rehearsal" in report and "| cold-start SFT | 8 |" in report and "| reasoning RL (GRPO) | 8 |" in report
+    assert "| reasoning RL, rollouts async (max_staleness 1, truncated IS) | 8 |" in report and "x the sync step" in report
     assert "tokens/s" in report and "stopped with an error" not in report
     facts = json.loads((tmp_path / "gpu_smoke.json").read_text())
     assert facts["environment"]["missing"] == [] and facts["grpo"]["completion_tokens_per_s"] > 0
+    # the async run really trained on rollouts from the generator process, within its bound
+    rollout = facts["grpo_async"]["rollout"]
+    assert 0 < rollout["rollout/batch_staleness"] <= 1 and rollout["rollout/generate_s"] > 0

@@ -60,6 +60,7 @@ class GeneratorSpec:
     threads: int = 1
     partial_rollout_tokens: int | None = None
     seed: int = 0
+    device: str = "cpu"     # the trainer's: on a GPU machine the generator decodes on the GPU too
 
 
 def generate_batch(model, spec: GeneratorSpec, prompt_ids: list[list[int]], *, batch: int, version,
@@ -86,8 +87,9 @@ def generate_batch(model, spec: GeneratorSpec, prompt_ids: list[list[int]], *, b
         if spec.partial_rollout_tokens:
             budget = min(budget, spec.partial_rollout_tokens)
         rows = [torch.tensor(prompt_ids[r] + completions[r]) for r in open_rows]
-        ids = pad(rows, padding_value=spec.pad_token_id, padding_side="left")
-        mask = pad([torch.ones_like(t) for t in rows], padding_value=0, padding_side="left")
+        device = next(model.parameters()).device
+        ids = pad(rows, padding_value=spec.pad_token_id, padding_side="left").to(device)
+        mask = pad([torch.ones_like(t) for t in rows], padding_value=0, padding_side="left").to(device)
         record: list[list[float]] = []
         with torch.no_grad():
             pick = TokenPicker(model, ids, generator, generation_config=spec.generation_config)
@@ -113,7 +115,7 @@ def _generator_main(model, spec: GeneratorSpec, commands, results) -> None:
     are applied as soon as they are read, also between the pieces of a partial rollout, so a batch is
     never decoded by weights older than the last ones pushed before it was asked for."""
     torch.set_num_threads(spec.threads)
-    model.eval().requires_grad_(False)
+    model.to(spec.device).eval().requires_grad_(False)
     current = {"version": 0}
     pending: deque = deque()
 
@@ -296,7 +298,8 @@ class AsyncRollouts:
         return GeneratorSpec(generation_config=trainer.generation_config, stop_ids=set(trainer.eos_token_ids),
                              pad_token_id=tokenizer.pad_token_id, max_completion_length=trainer.max_completion_length,
                              temperature=trainer.temperature, threads=self.threads,
-                             partial_rollout_tokens=self.partial_rollout_tokens, seed=trainer.args.seed)
+                             partial_rollout_tokens=self.partial_rollout_tokens, seed=trainer.args.seed,
+                             device=str(trainer.accelerator.device))
 
     def _prompt_ids(self, trainer, indices: list[int]) -> list[list[int]]:
         prompts = [trainer.train_dataset[i]["prompt"] for i in indices]
