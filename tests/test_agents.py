@@ -141,6 +141,23 @@ def test_a_tool_that_raises_hangs_or_floods_returns_an_error_observation(monkeyp
     assert [c["error"] for c in session._record()["calls"]] == [None]
 
 
+def test_the_episode_wall_budget_counts_tool_time_not_the_policy_generating(monkeypatch):
+    """The episode's wall budget is the time its tools ran: a batch that takes long to generate
+    between two calls (a busy machine, a bigger batch, a bigger model) changes nothing, while tools
+    that together run past the budget are refused."""
+    import tests.test_agents as here
+
+    monkeypatch.setitem(__import__("posttrain.agents.environments", fromlist=["x"]).ENVIRONMENTS, "misbehaving", here.Misbehaving)
+    session = episode_class("misbehaving", Budget(call_timeout_s=5.0, episode_wall_s=0.6))()
+    session.reset(setup=json.dumps({"items": {"a": "1"}}))
+    time.sleep(0.8)   # the policy generating its first turn, longer than the whole budget
+    assert session.get(key="a") == "1"
+    time.sleep(0.8)   # and its second
+    assert session.hang(seconds=0.4) == "woke" and session.get(key="a") == "1"
+    assert session.hang(seconds=0.3) == "woke"   # 0.7 s in tools now: no further call runs
+    assert session.get(key="a") == "error: wall_budget: 0.6 s spent in tools"
+
+
 def test_the_python_tool_runs_in_the_sandbox_and_its_runaways_are_observations():
     session = episode_class("python")()
     session.reset(setup="{}")

@@ -50,7 +50,9 @@ class Budget:
 
     max_calls: int = 6               # tool calls per episode
     call_timeout_s: float = 5.0      # one call's wall time; a call still running then stalls the episode
-    episode_wall_s: float = 30.0     # all the episode's calls together
+    # All the episode's calls together: the time spent in its tools, never the policy's generation
+    # between them, so a slow or busy machine, or a bigger batch, never changes an episode's outcome.
+    episode_wall_s: float = 30.0
     max_output_chars: int = 1000     # an observation is cut to this many characters
 
 
@@ -191,14 +193,14 @@ class ToolSession:
         self._env = self._environment_class()
         self._setup: dict = {}
         self._calls: list[dict] = []
-        self._started = time.monotonic()
+        self._tool_s = 0.0   # wall time spent in this episode's tool calls
         self._stalled = False
 
     def reset(self, **row) -> str | None:
         setup = row.get("setup")
         self._setup = json.loads(setup) if isinstance(setup, str) and setup else dict(setup or {})
         self._env = self._environment_class()
-        self._calls, self._started, self._stalled = [], time.monotonic(), False
+        self._calls, self._tool_s, self._stalled = [], 0.0, False
         observation = self._env.reset(**self._setup)
         return observation if isinstance(observation, str) else None
 
@@ -216,10 +218,12 @@ class ToolSession:
                 error = "stalled: an earlier call never returned"
             elif len(self._calls) >= budget.max_calls:
                 error = f"call_budget: {budget.max_calls} calls already made"
-            elif time.monotonic() - self._started >= budget.episode_wall_s:
-                error = f"wall_budget: {budget.episode_wall_s:g} s spent"
+            elif self._tool_s >= budget.episode_wall_s:
+                error = f"wall_budget: {budget.episode_wall_s:g} s spent in tools"
         if error is None:
+            started = time.monotonic()
             result, error = self._run(fn, bound, budget.call_timeout_s)
+            self._tool_s += time.monotonic() - started
         text = f"error: {error}" if error else result
         if len(text) > budget.max_output_chars:
             text = text[:budget.max_output_chars] + f" [cut: {len(text) - budget.max_output_chars} more characters]"

@@ -21,7 +21,8 @@ from typing import Callable
 
 from posttrain.agents.environments import Budget, environment_class, episode_class
 
-TOOL_VERSION = "tool/1"
+# 2: the episode wall budget counts the time spent in tools, not the generation between calls.
+TOOL_VERSION = "tool/2"
 TURN_START, TURN_END = "<|im_start|>", "<|im_end|>"
 CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 FORGED_MARKERS = (TURN_START, "<tool_response>", "</tool_response>")
