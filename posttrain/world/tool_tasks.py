@@ -31,14 +31,28 @@ KINDS = ("lookup", "copy", "product")
 # from the question into its call and called held-out keys by a training key's name (tool accuracy
 # 0.007 and 0.000 on the held-out suite).
 KEYS = [w.lower() for w in ITEMS_EN + NAMES_EN]
+# Ten training phrasings per kind: with three, the cold-start model solved 25% of held-out stores
+# asked in a training phrasing but 9% asked in the held-out one (lookup 0.66 against 0.26), and
+# general RL, paid on the training phrasings, could not carry its gains to the held-out ones
+# (docs/agents.md). The held-out phrasing is still one training never uses.
 TEMPLATES = {
     # kind -> (train phrasings, held-out phrasings)
-    "lookup": (["What is stored under {key}?", "Look up the value of {key}.", "Read {key} from the store."],
+    "lookup": (["What is stored under {key}?", "Look up the value of {key}.", "Read {key} from the store.",
+                "Tell me the value stored under {key}.", "Which value is kept under {key}?",
+                "Get the value of {key} from the store.", "Fetch the value for {key}.",
+                "Report what the store has under {key}.", "Give me the stored value of {key}.",
+                "I need the value saved as {key}."],
                ["What value does the store hold for {key}?"]),
     "copy": (["Copy the value of {src} to {dst}.", "Store the value of {src} under {dst} too.",
-              "Set {dst} to the value of {src}."],
+              "Set {dst} to the value of {src}.", "Give {dst} the value that {src} has.",
+              "Put the value of {src} into {dst}.", "Write the value of {src} under {dst}.",
+              "Duplicate {src} into {dst}.", "Assign the value stored under {src} to {dst}.",
+              "Save the value of {src} as {dst}.", "Take the value of {src} and store it under {dst}."],
              ["Make {dst} hold the same value as {src}."]),
-    "product": (["What is {a} times {b}?", "Compute {a} * {b}.", "Multiply {a} by {b}."],
+    "product": (["What is {a} times {b}?", "Compute {a} * {b}.", "Multiply {a} by {b}.", "Calculate {a} times {b}.",
+                 "How much is {a} multiplied by {b}?", "Work out {a} * {b}.", "Tell me {a} times {b}.",
+                 "What do you get when you multiply {a} by {b}?", "Evaluate {a} * {b}.",
+                 "Give the result of {a} times {b}."],
                 ["Find the product of {a} and {b}."]),
 }
 
