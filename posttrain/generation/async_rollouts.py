@@ -79,6 +79,7 @@ def generate_batch(model, spec: GeneratorSpec, prompt_ids: list[list[int]], *, b
     versions: list[list[int]] = [[] for _ in prompt_ids]
     generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + batch)
     open_rows, pieces, resumed = list(range(len(prompt_ids))), 0, set()
+    device = next(model.parameters()).device
     while open_rows:
         if pieces:
             newest_weights()
@@ -87,7 +88,6 @@ def generate_batch(model, spec: GeneratorSpec, prompt_ids: list[list[int]], *, b
         if spec.partial_rollout_tokens:
             budget = min(budget, spec.partial_rollout_tokens)
         rows = [torch.tensor(prompt_ids[r] + completions[r]) for r in open_rows]
-        device = next(model.parameters()).device
         ids = pad(rows, padding_value=spec.pad_token_id, padding_side="left").to(device)
         mask = pad([torch.ones_like(t) for t in rows], padding_value=0, padding_side="left").to(device)
         record: list[list[float]] = []
